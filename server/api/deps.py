@@ -1,0 +1,38 @@
+"""Request-scoped dependencies: services and the authenticated caller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+
+from server.errors import Unauthenticated
+from server.principals import Caller
+
+
+def services(request: Request) -> Any:
+    """The :class:`server.app.Services` built by ``create_app``."""
+    return request.app.state.services
+
+
+async def authenticate(request: Request) -> Caller:
+    """The caller of an API request, from ``Authorization: Bearer <key>`` only.
+
+    Raises:
+        Unauthenticated: no or invalid credential (401).
+    """
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthenticated("an API key is required (Authorization: Bearer ...)")
+    caller: Caller = await services(request).authenticator.authenticate(key.strip())
+    return caller
+
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"description": text, "content": {"application/problem+json": {
+        "schema": {"$ref": "#/components/schemas/ProblemV1"}}}}
+    for status, text in ((400, "Malformed JSON"), (401, "Not authenticated"),
+                         (403, "Not allowed"), (409, "Conflict"), (413, "Body too large"),
+                         (422, "Invalid request"), (503, "Cannot record; treat as deny"))
+}

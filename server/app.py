@@ -1,0 +1,103 @@
+"""The composition root: ``create_app(settings)`` builds every collaborator.
+
+Nothing is created at import time. Collaborators that touch disk, the database or
+the network (database engine, keyring, policy store) are built in the lifespan, so
+``create_app().openapi()`` is side-effect free.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI
+
+from server.api import decisions as decisions_routes
+from server.api import health as health_routes
+from server.api import problems
+from server.api.models import ProblemV1
+from server.clock import Clock, system_clock
+from server.db.database import Database
+from server.decisions import Deps
+from server.keys import Keyring
+from server.policy.store import PolicyStore
+from server.principals import KeyAuthenticator
+from server.settings import Settings, get_settings
+
+log = logging.getLogger("cosigner")
+
+
+@dataclass
+class Services:
+    """Everything routes need, built once per app."""
+
+    deps: Deps
+    authenticator: KeyAuthenticator
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+async def build_services(settings: Settings, clock: Clock) -> Services:
+    """Open the database, load the keyring and the policy bundles."""
+    db = Database(settings.database_url)
+    keyring = Keyring.load_or_create(settings.key_dir, now=clock(),
+                                     max_token_lifetime_s=settings.max_permit_ttl_s)
+    store = PolicyStore(settings.bundle_dirs)
+    snapshot = store.reload()
+    for error in snapshot.errors:
+        log.error("policy bundle not loaded: %s: %s", error.path, error.message)
+    deps = Deps(db=db, store=store, keyring=keyring, clock=clock, settings=settings)
+    return Services(deps=deps, authenticator=KeyAuthenticator(db))
+
+
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
+    """Build the ASGI app. ``settings`` defaults to the environment (``COSIGNER_*``)."""
+    settings = settings or get_settings()
+    clock = clock or system_clock
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = await build_services(settings, clock)
+        app.state.services = services
+        try:
+            yield
+        finally:
+            await services.deps.db.dispose()
+
+    app = FastAPI(
+        title="Cosigner",
+        version="0.1.0",
+        summary="Policy decision and approval server for AI-agent tool calls.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    problems.install(app)
+    app.include_router(health_routes.router)
+    app.include_router(decisions_routes.router)
+    _register_schemas(app)
+    return app
+
+
+def _register_schemas(app: FastAPI) -> None:
+    """Add the models of self-parsed bodies and problem documents to the OpenAPI schema."""
+    from server.api.models import DecisionRequestV1
+
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = original()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in (DecisionRequestV1, ProblemV1):
+            model_schema = model.model_json_schema(
+                ref_template="#/components/schemas/{model}")
+            for name, sub in model_schema.pop("$defs", {}).items():
+                components.setdefault(name, sub)
+            components[model.__name__] = model_schema
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

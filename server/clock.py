@@ -1,0 +1,31 @@
+"""Injectable UTC clock so tests can pin exact boundaries (expiry, nbf)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+Clock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    """Now, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class FrozenClock:
+    """A clock that only moves when told (tests)."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def __call__(self) -> datetime:
+        return self.at
+
+    def advance(self, **delta: float) -> None:
+        self.at = self.at + timedelta(**delta)
+
+
+def isoformat(at: datetime) -> str:
+    """RFC 3339 UTC with microseconds and a ``Z`` suffix."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,117 @@
+"""Engine and transaction setup; the one place SQLAlchemy errors become domain errors.
+
+SQLite (embedded default): WAL, ``foreign_keys=ON``, ``busy_timeout``, and
+``BEGIN IMMEDIATE`` for every transaction so writers queue on the lock instead of
+failing on upgrade ("database is locked", case K23). PostgreSQL: READ COMMITTED with
+row locks / conditional updates in the repositories.
+
+A database that cannot be reached or written raises :class:`server.errors.Unavailable`
+(HTTP 503, which clients treat as deny).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from server.errors import Conflict, Unavailable
+
+log = logging.getLogger("cosigner.db")
+
+class UniqueViolation(Conflict):
+    """A unique constraint fired (e.g. a concurrent insert of the same key)."""
+
+    code = "conflict"
+
+
+class Database:
+    """An async engine plus the transaction helper every use case goes through."""
+
+    def __init__(self, url: str, *, pool_size: int = 10, busy_timeout_ms: int = 10_000) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        kwargs: dict[str, Any] = {}
+        if not self.is_sqlite:
+            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
+                          pool_timeout=5)
+        else:
+            kwargs.update(connect_args={"timeout": busy_timeout_ms / 1000})
+        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+        if self.is_sqlite:
+            _configure_sqlite(self.engine, busy_timeout_ms)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """One transaction: commits on normal exit, rolls back on any exception.
+
+        Raises:
+            Unavailable: the database cannot be reached or the commit failed.
+            UniqueViolation: a unique constraint fired.
+        """
+        try:
+            async with self.engine.begin() as conn:
+                yield conn
+        except IntegrityError as exc:
+            raise UniqueViolation(_short(exc)) from exc
+        except (SQLAlchemyError, OSError, ConnectionError) as exc:
+            log.error("database transaction failed: %s", _short(exc))
+            raise Unavailable("the database is unavailable; nothing was recorded",
+                              code="storage_unavailable") from exc
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A read-only snapshot (SQLite: deferred BEGIN, so readers never queue on writers).
+
+        Raises:
+            Unavailable: the database cannot be reached.
+        """
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execution_options(cosigner_read=True)
+                yield conn
+                await conn.rollback()
+        except (SQLAlchemyError, OSError, ConnectionError) as exc:
+            log.error("database read failed: %s", _short(exc))
+            raise Unavailable("the database is unavailable", code="storage_unavailable") from exc
+
+    async def ping(self) -> bool:
+        """True when a trivial query succeeds."""
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+            return True
+        except (SQLAlchemyError, OSError, ConnectionError):
+            return False
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _short(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    return f"{type(orig or exc).__name__}: {str(orig or exc).splitlines()[0][:200]}"
+
+
+def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let us issue BEGIN ourselves (pysqlite's implicit BEGIN is DEFERRED).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        # FULL: a commit is on disk before a decision is answered (invariant 2).
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        read_only = conn.get_execution_options().get("cosigner_read", False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")

@@ -1,0 +1,121 @@
+"""Core tables (SQLAlchemy Core). Other areas add tables to the same ``metadata`` in
+``tables_<area>.py`` modules, each with its own Alembic migration branching from
+``0001_core`` (the app upgrades to ``heads``).
+
+Times are stored as timezone-aware UTC; JSON columns hold JSON values.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+principals = Table(
+    "principals",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("subject", String(256), nullable=False),
+    Column("kind", String(16), nullable=False),  # "key" | "user"
+    Column("roles", JSON, nullable=False),
+    Column("password_hash", Text, nullable=True),
+    Column("disabled", Boolean, nullable=False, default=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("tenant", "subject", name="uq_principals_tenant_subject"),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(32), primary_key=True),  # public key id, part of the key string
+    Column("principal_id", String(36), ForeignKey("principals.id"), nullable=False),
+    Column("secret_hash", String(64), nullable=False),  # SHA-256 hex of the secret part
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
+decisions = Table(
+    "decisions",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("request_id", String(256), nullable=False),
+    Column("request_hash", String(71), nullable=False),
+    Column("run_id", String(256), nullable=False),
+    Column("tool", String(256), nullable=False),
+    Column("args_hash", String(71), nullable=False),
+    Column("effect", String(32), nullable=False),
+    Column("caller", String(256), nullable=False),
+    Column("policy_id", String(128), nullable=True),
+    Column("policy_version", String(64), nullable=True),
+    Column("policy_revision", String(71), nullable=True),
+    Column("response", JSON, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("tenant", "request_id", name="uq_decisions_tenant_request"),
+)
+
+permits = Table(
+    "permits",
+    metadata,
+    Column("jti", String(64), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("decision_id", String(36), nullable=False),
+    Column("approval_id", String(36), nullable=True),
+    Column("run_id", String(256), nullable=False),
+    Column("tool", String(256), nullable=False),
+    Column("args_hash", String(71), nullable=False),
+    Column("status", String(16), nullable=False),  # issued | redeemed | revoked | expired
+    Column("issued_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("redeemed_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    Index("ix_permits_decision", "decision_id"),
+)
+
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("tenant", String(128), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("time", DateTime(timezone=True), nullable=False),
+    Column("decision_id", String(36), nullable=True),
+    Column("approval_id", String(36), nullable=True),
+    Column("permit_jti", String(64), nullable=True),
+    Column("run_id", String(256), nullable=True),
+    Column("tool", String(256), nullable=True),
+    Column("effect", String(32), nullable=True),
+    Column("principal", String(256), nullable=True),
+    Column("policy_id", String(128), nullable=True),
+    Column("policy_version", String(64), nullable=True),
+    Column("body", Text, nullable=False),  # RFC 8785 canonical JSON of the event
+    Column("hash", String(71), nullable=False),
+    UniqueConstraint("tenant", "seq", name="uq_audit_events_tenant_seq"),
+    Index("ix_audit_events_decision", "tenant", "decision_id"),
+    Index("ix_audit_events_time", "tenant", "time"),
+)
+
+audit_heads = Table(
+    "audit_heads",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(71), nullable=False),
+)

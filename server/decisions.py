@@ -1,0 +1,224 @@
+"""decide(): the policy decision point's one use case.
+
+Flow (DESIGN § Data flow): args hash (RFC 8785) → idempotency check → tool catalogue
+(schema, unknown tool) → policy evaluation (active + shadow) → one transaction holding
+the decision row, its decision-log event and, for ``allow``, the permit row. The
+response is built only after that transaction committed (invariant 2).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from server import permit_ledger
+from server.audit.chain import Event, append
+from server.canonical import args_hash as compute_args_hash
+from server.canonical import canonicalize, hash_bytes
+from server.clock import Clock, isoformat
+from server.db.database import Database, UniqueViolation
+from server.db.tables import decisions
+from server.errors import IdempotencyConflict
+from server.keys import Keyring
+from server.policy.result import deny
+from server.policy.store import Evaluation, PolicyStore
+from server.principals import Caller
+from server.settings import Settings
+
+log = logging.getLogger("cosigner.decisions")
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRequest:
+    """A validated DecisionRequest v1. ``args``/``context`` are exactly the parsed JSON."""
+
+    request_id: str
+    run: dict[str, Any]
+    principal: dict[str, Any]
+    initiator: dict[str, Any]
+    tool: dict[str, Any]
+    args: dict[str, Any]
+    context: dict[str, Any]
+    raw: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Deps:
+    """Collaborators of the decision use case (built once in ``create_app``)."""
+
+    db: Database
+    store: PolicyStore
+    keyring: Keyring
+    clock: Clock
+    settings: Settings
+
+
+def actor_of(caller: Caller) -> dict[str, Any]:
+    """The ``actor`` object recorded in events: who authenticated."""
+    return {"subject": caller.subject, "principal_id": caller.principal_id,
+            "kind": caller.kind}
+
+
+def input_document(caller: Caller, req: DecisionRequest, *, now: str,
+                   run_state: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The policy input (``input.*``), documented in README § Policy input."""
+    return {
+        "tenant": caller.tenant,
+        "principal": req.principal,
+        "initiator": req.initiator,
+        "caller": {"subject": caller.subject, "roles": sorted(caller.roles)},
+        "tool": req.tool,
+        "args": req.args,
+        "context": req.context,
+        "run": {**req.run, **(run_state or {})},
+        "now": now,
+    }
+
+
+async def _existing(conn: AsyncConnection, tenant: str, request_id: str) -> Any:
+    return (await conn.execute(
+        select(decisions.c.request_hash, decisions.c.response).where(
+            decisions.c.tenant == tenant, decisions.c.request_id == request_id)
+    )).first()
+
+
+def _replay(row: Any, request_hash: str) -> dict[str, Any]:
+    if row.request_hash != request_hash:
+        raise IdempotencyConflict("request_id was already used with a different request")
+    return dict(row.response)
+
+
+async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, Any]:
+    """Decide one proposed tool call and record it durably.
+
+    Args:
+        deps: collaborators. caller: authenticated runtime. req: the parsed request.
+
+    Returns:
+        The Decision v1 object (``decision_id, effect, reasons, policy, args_hash``,
+        ``permit`` for allow, ``approval`` for require_approval).
+
+    Raises:
+        InvalidJSON/InvalidArgs: arguments cannot be hashed or fail the tool schema (422;
+            nothing evaluated, no approval opened).
+        IdempotencyConflict: ``request_id`` reused with different content (409).
+        Unavailable: the decision could not be recorded (503; treat as deny).
+    """
+    tenant = caller.tenant
+    a_hash = compute_args_hash(req.args)
+    request_hash = hash_bytes(canonicalize(req.raw))
+    async with deps.db.read() as conn:
+        row = await _existing(conn, tenant, req.request_id)
+    if row is not None:
+        return _replay(row, request_hash)
+
+    snapshot = deps.store.snapshot
+    now = deps.clock()
+    bundle = snapshot.bundle_for(tenant)
+    tool_name = req.tool["name"]
+    evaluation: Evaluation
+    mask: tuple[str, ...] = ()
+    spec = bundle.catalogue.lookup(tool_name) if bundle and bundle.catalogue else None
+    if bundle is not None and bundle.catalogue is not None and spec is None:
+        evaluation = Evaluation(deny("unknown_tool", f"{tool_name} is not in the tool "
+                                     "catalogue"), bundle.ref(), bundle)
+    else:
+        if spec is not None:
+            spec.validate(req.args)  # raises InvalidArgs before any policy runs
+            mask = tuple(spec.mask)
+        evaluation = await deps.store.evaluate(
+            tenant, input_document(caller, req, now=isoformat(now)), snapshot=snapshot)
+    result = evaluation.result
+    mask = mask + result.mask
+    decision_id = str(uuid.uuid4())
+    response: dict[str, Any] = {
+        "decision_id": decision_id,
+        "request_id": req.request_id,
+        "effect": result.effect,
+        "reasons": [r.as_dict() for r in result.reasons],
+        "policy": evaluation.policy,
+        "args_hash": a_hash,
+        "permit": None,
+        "approval": None,
+    }
+    if result.effect == "require_approval" and result.approval is not None:
+        response["approval"] = {"status": "pending", **result.approval.as_dict()}
+    try:
+        async with deps.db.transaction() as conn:
+            events = [_decision_event(caller, req, response, evaluation, mask)]
+            if result.effect == "allow":
+                ttl = min(result.permit_ttl_s or deps.settings.permit_ttl_s,
+                          deps.settings.max_permit_ttl_s)
+                permit, permit_event = await permit_ledger.issue(
+                    conn, deps.keyring, deps.settings, tenant=tenant,
+                    run_id=req.run["id"], decision_id=decision_id, approval_id=None,
+                    tool=tool_name, args_hash=a_hash, policy=evaluation.policy or {},
+                    approvers=[], now=now, ttl_s=ttl, actor=actor_of(caller))
+                response["permit"] = permit
+                events.append(permit_event)
+            await conn.execute(decisions.insert().values(
+                id=decision_id, tenant=tenant, request_id=req.request_id,
+                request_hash=request_hash, run_id=req.run["id"], tool=tool_name,
+                args_hash=a_hash, effect=result.effect, caller=caller.subject,
+                policy_id=(evaluation.policy or {}).get("id"),
+                policy_version=(evaluation.policy or {}).get("version"),
+                policy_revision=(evaluation.policy or {}).get("revision"),
+                response=response, created_at=now))
+            await append(conn, tenant, events, now=now)
+    except UniqueViolation:
+        # A concurrent retry with the same request_id won the insert: answer with it.
+        async with deps.db.read() as conn:
+            row = await _existing(conn, tenant, req.request_id)
+        if row is None:
+            raise
+        return _replay(row, request_hash)
+    return response
+
+
+def _decision_event(caller: Caller, req: DecisionRequest, response: dict[str, Any],
+                    evaluation: Evaluation, mask: tuple[str, ...]) -> Event:
+    payload: dict[str, Any] = {
+        "request_id": req.request_id,
+        "reasons": response["reasons"],
+        "principal": req.principal,
+        "initiator": req.initiator,
+        "run": req.run,
+        "tool": req.tool,
+        "masked_paths": list(mask),
+        "eval_us": evaluation.elapsed_us,
+    }
+    if evaluation.shadow is not None:
+        payload["shadow"] = {"policy": evaluation.shadow_policy,
+                             "effect": evaluation.shadow.effect,
+                             "reasons": [r.as_dict() for r in evaluation.shadow.reasons],
+                             "agrees": evaluation.shadow.effect == evaluation.result.effect}
+    if response.get("approval"):
+        payload["approval"] = response["approval"]
+    return Event(
+        type="decision.made", actor=actor_of(caller), decision_id=response["decision_id"],
+        run_id=req.run["id"], tool=req.tool["name"], args_hash=response["args_hash"],
+        effect=response["effect"], principal=str(req.principal.get("id")),
+        policy=evaluation.policy, payload=payload)
+
+
+async def record_refusal(deps: Deps, caller: Caller, *, code: str, detail: str,
+                         request_id: str | None = None, tool: str | None = None,
+                         run_id: str | None = None) -> None:
+    """Log a refused request (422/409) like any decision; best effort when storage fails.
+
+    ``detail`` must not contain argument values (masking, invariant 10).
+    """
+    event = Event(type="request.refused", actor=actor_of(caller), run_id=run_id, tool=tool,
+                  effect="refused",
+                  payload={"request_id": request_id, "code": code, "detail": detail[:500]})
+    try:
+        async with deps.db.transaction() as conn:
+            await append(conn, caller.tenant, [event], now=deps.clock())
+    except Exception:  # noqa: BLE001 - the refusal itself is what the caller gets
+        log.exception("could not record refused request %s", request_id)
+
