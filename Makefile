@@ -1,0 +1,52 @@
+# Cosigner: two commands on a fresh machine: `make serve` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PORT   ?= 8080
+DEMO_TENANT ?= demo
+
+.PHONY: serve test test-sqlite test-postgres lint typecheck openapi demo bench clean
+
+$(STAMP): pyproject.toml $(wildcard clients/python/pyproject.toml)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	if [ -f clients/python/pyproject.toml ]; then $(BIN)/pip install --quiet -e 'clients/python[all]'; fi
+	touch $(STAMP)
+
+## serve: install, migrate ./var/cosigner.db, create the demo tenant's keys (printed once), serve on 127.0.0.1:$(PORT)
+serve: $(STAMP)
+	mkdir -p var
+	$(BIN)/cosigner serve --host 127.0.0.1 --port $(PORT) --demo-tenant $(DEMO_TENANT)
+
+## test: install, make sure PostgreSQL answers, run the suite on SQLite and on PostgreSQL
+test: $(STAMP)
+	scripts/ensure-postgres.sh
+	scripts/ensure-test-deps.sh
+	$(BIN)/ruff check .
+	$(BIN)/pytest --db sqlite
+	$(BIN)/pytest --db postgres -m "not browser"
+
+test-sqlite: $(STAMP)
+	$(BIN)/pytest --db sqlite
+
+test-postgres: $(STAMP)
+	scripts/ensure-postgres.sh
+	$(BIN)/pytest --db postgres
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+openapi: $(STAMP)
+	$(BIN)/python scripts/gen_openapi.py > openapi.yaml
+
+demo: $(STAMP)
+	$(BIN)/cosigner demo
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) var test-output .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# System packages the test suite drives for real: Debian's Chromium (Playwright uses
+# /usr/bin/chromium; browser downloads are impossible here) and Node.js/npm for the
+# third-party MCP server. Installed only when missing.
+set -euo pipefail
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+command -v npm >/dev/null || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]} (Debian packages)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,254 @@
+"""Shared fixtures: real SQLite files and the real PostgreSQL server, real HTTP.
+
+Select the database with ``--db sqlite`` (default) or ``--db postgres``
+(``COSIGNER_TEST_PG_URL``, default ``postgresql+asyncpg://postgres@127.0.0.1:5432/test``:
+a fresh database ``cosigner_test_<pid>`` is created from it and dropped at the end).
+Each test gets its own tenant id, so tests on one shared PostgreSQL database never see
+each other's rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from server.app import create_app
+from server.clock import Clock
+from server.db.database import Database
+from server.db.migrate import upgrade
+from server.principals import create_api_key
+from server.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_BASE_URL = os.environ.get("COSIGNER_TEST_PG_URL",
+                             "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--db", default=os.environ.get("COSIGNER_TEST_DB", "sqlite"),
+                     choices=["sqlite", "postgres"], help="database the tests run on")
+
+
+@pytest.fixture(scope="session")
+def db_kind(pytestconfig: pytest.Config) -> str:
+    return str(pytestconfig.getoption("--db"))
+
+
+def _pg_admin(sql: str) -> None:
+    import asyncpg
+
+    async def run() -> None:
+        dsn = PG_BASE_URL.replace("postgresql+asyncpg://", "postgresql://")
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture(scope="session")
+def pg_url(db_kind: str) -> Iterator[str | None]:
+    if db_kind != "postgres":
+        yield None
+        return
+    name = f"cosigner_test_{os.getpid()}"
+    _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _pg_admin(f'CREATE DATABASE "{name}"')
+    url = PG_BASE_URL.rsplit("/", 1)[0] + "/" + name
+    asyncio.run(upgrade(url))
+    yield url
+    _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "cosigner.db"
+    asyncio.run(upgrade(f"sqlite+aiosqlite:///{path}"))
+    return path
+
+
+@pytest.fixture
+def database_url(db_kind: str, pg_url: str | None, sqlite_template: Path,
+                 tmp_path: Path) -> str:
+    """A migrated database for this test (a fresh SQLite file, or the shared PG db)."""
+    if db_kind == "postgres":
+        assert pg_url is not None
+        return pg_url
+    path = tmp_path / "cosigner.db"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite+aiosqlite:///{path}"
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A tenant id unique to this test."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+def make_settings(database_url: str, tmp_path: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "bundle_dirs": [ROOT / "policies", ROOT / "rego"],
+        "key_dir": tmp_path / "keys",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def settings_factory(database_url: str, tmp_path: Path) -> Callable[..., Settings]:
+    return lambda **overrides: make_settings(database_url, tmp_path, **overrides)
+
+
+class Harness:
+    """A running app (lifespan entered) with an HTTP client over ASGI."""
+
+    def __init__(self, app: FastAPI, client: httpx.AsyncClient, settings: Settings) -> None:
+        self.app = app
+        self.client = client
+        self.settings = settings
+
+    @property
+    def services(self) -> Any:
+        return self.app.state.services
+
+    @property
+    def db(self) -> Database:
+        return self.services.deps.db  # type: ignore[no-any-return]
+
+    async def key(self, tenant: str, *roles: str, subject: str | None = None) -> str:
+        key, _ = await create_api_key(self.db, tenant=tenant, roles=list(roles),
+                                      subject=subject, clock=self.services.deps.clock)
+        return key
+
+    async def headers(self, tenant: str, *roles: str, subject: str | None = None
+                      ) -> dict[str, str]:
+        return {"Authorization": f"Bearer {await self.key(tenant, *roles, subject=subject)}"}
+
+
+@pytest.fixture
+async def harness_factory(settings_factory: Callable[..., Settings]
+                          ) -> AsyncIterator[Callable[..., Any]]:
+    """``await harness_factory(clock=..., **settings)`` → :class:`Harness`."""
+    stack: list[Any] = []
+
+    async def make(*, clock: Clock | None = None, **overrides: Any) -> Harness:
+        settings = settings_factory(**overrides)
+        app = create_app(settings, clock=clock)
+        ctx = app.router.lifespan_context(app)
+        await ctx.__aenter__()
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                   base_url="http://cosigner.test")
+        stack.append((ctx, client))
+        return Harness(app, client, settings)
+
+    yield make
+    for ctx, client in reversed(stack):
+        await client.aclose()
+        await ctx.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def harness(harness_factory: Callable[..., Any]) -> Harness:
+    h: Harness = await harness_factory()
+    return h
+
+
+def decision_request(**overrides: Any) -> dict[str, Any]:
+    """A valid DecisionRequest v1 body for the refund policy; override any field."""
+    body: dict[str, Any] = {
+        "request_id": f"req-{uuid.uuid4().hex}",
+        "run": {"id": "run-1", "step": 1},
+        "principal": {"id": "customer-42", "type": "customer"},
+        "initiator": {"id": "agent-support", "type": "agent"},
+        "tool": {"name": "issue_refund", "side_effect": "financial"},
+        "args": {"order_id": "ord_8472", "amount_minor": 5000, "currency": "USD",
+                 "reason_code": "duplicate_charge"},
+        "context": {},
+    }
+    body.update(overrides)
+    return body
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LiveServer:
+    """A real ``cosigner serve`` process on a loopback port."""
+
+    def __init__(self, env: dict[str, str], port: int) -> None:
+        self.env, self.port = env, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port), *extra],
+            env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited: " + self.proc.stderr.read().decode()[-2000:]
+                                   if self.proc.stderr else "server exited")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("server did not start")
+
+    def stop(self, sig: int | None = None) -> None:
+        if self.proc is None:
+            return
+        if sig is None:
+            self.proc.terminate()
+        else:
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture
+def live_server_factory(database_url: str, tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
+    """``live_server_factory(**env)`` starts ``cosigner serve`` against this test's database."""
+    servers: list[LiveServer] = []
+
+    def make(**env: str) -> LiveServer:
+        full = dict(os.environ)
+        full.update({
+            "COSIGNER_DATABASE_URL": database_url,
+            "COSIGNER_KEY_DIR": str(tmp_path / "keys"),
+            "COSIGNER_BUNDLE_DIRS": f'["{ROOT / "policies"}", "{ROOT / "rego"}"]',
+            "COSIGNER_LOG_LEVEL": "warning",
+        })
+        full.update(env)
+        server = LiveServer(full, free_port())
+        server.start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
