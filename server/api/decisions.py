@@ -4,22 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
 from server import decisions
 from server.api.body import openapi_body, strict_body
-from server.api.deps import PROBLEM_RESPONSES, authenticate, services
+from server.api.deps import PROBLEM_RESPONSES, CallerDep, services
 from server.api.models import DecisionRequestV1, DecisionV1
 from server.errors import InvalidRequest
-from server.principals import Caller
 
 router = APIRouter(prefix="/v1", tags=["decisions"])
 
 
 @router.post("/decisions", response_model=DecisionV1, responses=PROBLEM_RESPONSES,
              openapi_extra=openapi_body(DecisionRequestV1))
-async def post_decision(request: Request,
-                        caller: Caller = Depends(authenticate)) -> dict[str, Any]:
+async def post_decision(request: Request, caller: CallerDep) -> dict[str, Any]:
     """Decide whether a proposed tool call may run (runtime role).
 
     Returns ``allow`` (with a permit), ``deny``, or ``require_approval`` (with the

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from server.errors import Unauthenticated
 from server.principals import Caller
@@ -28,6 +28,9 @@ async def authenticate(request: Request) -> Caller:
     caller: Caller = await services(request).authenticator.authenticate(key.strip())
     return caller
 
+
+#: Route parameter type for the authenticated caller.
+CallerDep = Annotated[Caller, Depends(authenticate)]
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"description": text, "content": {"application/problem+json": {
