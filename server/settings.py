@@ -10,8 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WebhookTarget(BaseModel):
+    """One receiver of approval notifications; ``secret`` keys the HMAC-SHA256 signature."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(pattern=r"^https?://", max_length=2048)
+    secret: SecretStr = Field(min_length=16)
 
 
 class Settings(BaseSettings):
@@ -49,6 +58,9 @@ class Settings(BaseSettings):
     #: Secret for CSRF tokens and webhook signatures; generated per process when unset.
     web_secret: SecretStr | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: Outgoing approval webhooks per tenant (``"*"``: every tenant), e.g.
+    #: ``COSIGNER_WEBHOOKS='{"acme": [{"url": "https://hooks.example/x", "secret": "..."}]}'``.
+    webhooks: dict[str, list[WebhookTarget]] = Field(default_factory=dict)
 
     @field_validator("database_url")
     @classmethod
