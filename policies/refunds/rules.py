@@ -1,11 +1,12 @@
 """Reference support-refund policy.
 
-Reads are allowed; ``issue_refund`` is allowed up to 100000 minor units, needs one
+Reads are allowed; ``issue_refund`` (with a known currency) is allowed up to 100000 minor units, needs one
 ``finance`` approval above that, and is denied above 200000. Every other tool is
 denied. ``input`` is the decision input document (see README § Policy input).
 """
 
 READ_TOOLS = frozenset({"get_order", "get_payment_events", "get_refund_status", "search_policy"})
+CURRENCIES = frozenset({"USD", "EUR", "GBP"})
 AUTO_LIMIT_MINOR = 100_000
 HARD_LIMIT_MINOR = 200_000
 FINANCE_APPROVAL = {
@@ -27,6 +28,10 @@ def decide(input):
     if type(amount) is not int or amount < 1:
         return {"effect": "deny", "reasons": [{"code": "invalid_amount",
                                                "message": "amount_minor must be a positive integer"}]}
+    # A missing or unknown currency never allows (case K03), catalogue or not.
+    if input["args"].get("currency") not in CURRENCIES:
+        return {"effect": "deny", "reasons": [{"code": "invalid_currency",
+                                               "message": "currency must be USD, EUR or GBP"}]}
     if amount > HARD_LIMIT_MINOR:
         return {"effect": "deny", "reasons": [{"code": "over_hard_limit",
                                                "message": "refunds above 200000 are not allowed"}]}

@@ -41,7 +41,7 @@ class Engine(Protocol):
     store validates it. Implementations must be safe to call from one event-loop thread.
     """
 
-    def evaluate(self, input_doc: dict[str, Any]) -> Any: ...
+    async def evaluate(self, input_doc: dict[str, Any]) -> Any: ...
 
 
 @dataclass(frozen=True)

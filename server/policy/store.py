@@ -13,6 +13,7 @@ the bundle.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -267,9 +268,12 @@ class _AsyncPython:
         return self._engine.evaluate(input_doc)
 
 
-def build_engine(*, manifest: Any, path: Path, files: dict[str, bytes],
-                 revision: str) -> Engine:
-    """Compile the engine a manifest names; raises :class:`PolicyError` on failure."""
+def build_engine(*, manifest: Any, path: Path, files: dict[str, bytes], revision: str,
+                 opa_url: str = "http://127.0.0.1:8181", opa_timeout_ms: int = 500) -> Engine:
+    """Compile the engine a manifest names; raises :class:`PolicyError` on failure.
+
+    ``opa_url`` / ``opa_timeout_ms`` apply to ``engine = "opa"`` bundles only.
+    """
     if manifest.engine == "python":
         if "rules.py" not in files:
             raise PolicyError(f"{path}/rules.py: missing", code="policy_load_failed")
@@ -284,5 +288,10 @@ def build_engine(*, manifest: Any, path: Path, files: dict[str, bytes],
     if manifest.engine == "opa":
         from server.policy.opa_engine import OpaEngine
 
-        return OpaEngine.from_manifest(manifest)
+        return OpaEngine.from_manifest(manifest, url=opa_url, timeout_ms=opa_timeout_ms)
     raise PolicyError(f"{path}: unknown engine {manifest.engine}", code="policy_load_failed")
+
+
+def engine_factory(*, opa_url: str, opa_timeout_ms: int) -> Any:
+    """A :func:`build_engine` bound to the remote-OPA settings, for ``PolicyStore``."""
+    return functools.partial(build_engine, opa_url=opa_url, opa_timeout_ms=opa_timeout_ms)
