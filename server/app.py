@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from server import web
 from server.api import decisions as decisions_routes
 from server.api import health as health_routes
 from server.api import problems
@@ -61,9 +62,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await build_services(settings, clock)
         app.state.services = services
+        webhook_worker = _start_webhook_worker(services, settings, clock)
         try:
             yield
         finally:
+            if webhook_worker is not None:
+                await webhook_worker.stop()
             await services.deps.db.dispose()
 
     app = FastAPI(
@@ -76,8 +80,21 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     problems.install(app)
     app.include_router(health_routes.router)
     app.include_router(decisions_routes.router)
+    web.install(app)
     _register_schemas(app)
     return app
+
+
+def _start_webhook_worker(services: Services, settings: Settings, clock: Clock) -> Any:
+    """Run the webhook delivery worker when any receiver is configured."""
+    if not settings.webhooks:
+        return None
+    from server.webhooks.worker import WebhookWorker
+
+    worker = WebhookWorker(services.deps.db, settings, clock)
+    services.extras["webhook_worker"] = worker
+    worker.start()
+    return worker
 
 
 def _register_schemas(app: FastAPI) -> None:

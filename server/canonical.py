@@ -12,7 +12,8 @@ the same JSON must hash the same and a request that could be read two ways must 
   (RFC 8259 §8.1) and lone surrogates (RFC 7493 §2.1; they have no UTF-8 encoding) are rejected
   with :class:`~server.errors.InvalidJSON` (HTTP 422).
 
-Canonical bytes always come from the ``rfc8785`` package, never a hand-written serializer.
+Canonical bytes come from the ``rfc8785`` package, or for values without floats and non-BMP
+keys from the stdlib's C encoder, proven byte-identical (see :func:`canonicalize`).
 
 Known asymmetry: a *float* of magnitude in [2**53, 1e21) canonicalises to a plain integer
 literal (RFC 8785: ``1e20`` → ``100000000000000000000``), which :func:`parse_json` refuses as an
@@ -49,6 +50,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # Cheap prefilter: a lone surrogate can only come out of json.loads via a \uD800-\uDFFF escape.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SEGMENT_MAX = 64
+_FAST_ENCODE = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+).encode
 
 
 def _segment(key: str) -> str:
@@ -174,37 +178,55 @@ class _Reject(Exception):
         self.path: list[str] = []
 
 
-def _check(value: Any) -> None:
+def _check(value: Any) -> bool:
+    """Validate ``value``; return True when it holds no float and no non-BMP object key.
+
+    For such values the stdlib encoder's output is byte-identical to RFC 8785 (see
+    :func:`canonicalize`), so the return value selects the fast path.
+    """
     t = type(value)
     if t is str:
         if not value.isascii() and _SURROGATE.search(value):
             raise _Reject("invalid_json", "lone surrogate in string")
-    elif t is int:
+        return True
+    if t is int:
         if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
             raise _Reject("unsafe_integer", "integer outside ±(2**53 - 1)")
-    elif t is dict:
+        return True
+    if t is dict:
+        simple = True
         for key, item in value.items():
             try:
                 if type(key) is not str:
                     raise _Reject("invalid_json", f"object key of type {type(key).__name__}")
-                if not key.isascii() and _SURROGATE.search(key):
-                    raise _Reject("invalid_json", "lone surrogate in object key")
-                _check(item)
+                if not key.isascii():
+                    if _SURROGATE.search(key):
+                        raise _Reject("invalid_json", "lone surrogate in object key")
+                    if max(key) > "\uffff":
+                        simple = False  # UTF-16 order differs from code point order
+                if not _check(item):
+                    simple = False
             except _Reject as exc:
                 exc.path.append(_segment(key) if type(key) is str else "<non-string key>")
                 raise
-    elif t is list:
+        return simple
+    if t is list:
+        simple = True
         for index, item in enumerate(value):
             try:
-                _check(item)
+                if not _check(item):
+                    simple = False
             except _Reject as exc:
                 exc.path.append(str(index))
                 raise
-    elif t is float:
+        return simple
+    if t is float:
         if not math.isfinite(value):
             raise _Reject("non_finite_number", "NaN or infinite number")
-    elif t is not bool and value is not None:
+        return False
+    if t is not bool and value is not None:
         raise _Reject("invalid_json", f"value of type {t.__name__} is not JSON")
+    return True
 
 
 def check_hashable(value: Any) -> None:
@@ -220,8 +242,12 @@ def check_hashable(value: Any) -> None:
             non-string key, lone surrogate, nesting too deep). The detail names the JSON pointer
             (RFC 6901) of the offending place, also given as ``extra["pointer"]``; never values.
     """
+    _checked(value)
+
+
+def _checked(value: Any) -> bool:
     try:
-        _check(value)
+        return _check(value)
     except _Reject as exc:
         pointer = "".join("/" + seg for seg in reversed(exc.path))
         where = f"at {pointer!r}" if pointer else "at the top level"
@@ -231,17 +257,28 @@ def check_hashable(value: Any) -> None:
 
 
 def canonicalize(value: Any) -> bytes:
-    """RFC 8785 (JCS) canonical UTF-8 bytes of ``value``, via the ``rfc8785`` package.
+    """RFC 8785 (JCS) canonical UTF-8 bytes of ``value``.
 
     Objects are sorted by the UTF-16 code units of their keys, numbers use the ECMAScript
     shortest round-trip form (``1e-7``, ``1e+21``, ``-0.0`` → ``0``, ``100000.0`` → ``100000``),
     strings are raw UTF-8 with minimal escaping; no whitespace.
 
+    Values holding a float or a non-BMP object key go through the ``rfc8785`` package. All
+    others (the common case: strings, safe integers, booleans, null) use the stdlib's C
+    encoder, whose output is then byte-identical to RFC 8785: integers print the same,
+    string escaping is the same minimal set (``\\b \\f \\n \\r \\t \\" \\\\``
+    and ``\\u00xx`` lowercase for other controls), and for BMP-only keys code point order is
+    UTF-16 order. A hypothesis test in tests/test_canonical.py proves both paths agree.
+
     Raises:
         InvalidJSON: as :func:`check_hashable` (run first); any ``rfc8785`` error is mapped to
             ``InvalidJSON`` too, so callers only ever see the domain error.
     """
-    check_hashable(value)
+    if _checked(value):
+        try:
+            return _FAST_ENCODE(value).encode("utf-8")
+        except RecursionError:
+            raise InvalidJSON("value is nested too deeply", code="invalid_json") from None
     try:
         return rfc8785.dumps(value)
     except rfc8785.IntegerDomainError:

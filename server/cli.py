@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from server import accounts_cli
 from server.clock import system_clock
 from server.settings import Settings, get_settings
 
@@ -122,6 +123,8 @@ COMMANDS: dict[str, Command] = {
     "serve": (_serve_args, _serve),
     "migrate": (_noargs, _migrate),
     "principals add-key": (_add_key_args, _add_key),
+    "principals add-user": (accounts_cli.add_user_args, accounts_cli.add_user),
+    "principals disable": (accounts_cli.disable_args, accounts_cli.disable),
     "keys rotate": (_noargs, _keys_rotate),
 }
 

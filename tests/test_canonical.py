@@ -11,9 +11,11 @@ from collections import OrderedDict
 from typing import Any
 
 import pytest
+import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from server import canonical
 from server.canonical import (
     MAX_SAFE_INTEGER,
     args_hash,
@@ -414,3 +416,47 @@ def test_property_float_text_round_trips_exactly(value: float) -> None:
     parsed = parse_json(canonicalize(value))
     assert float(parsed) == value or (value == 0 and parsed == 0)
     assert not isinstance(parsed, float) or math.isfinite(parsed)
+
+
+# --- the fast path (stdlib C encoder) is byte-identical to the rfc8785 package -----------
+
+_text = st.text(
+    alphabet=st.characters(
+        codec="utf-8",  # excludes lone surrogates
+        categories=None,
+    ),
+    max_size=12,
+) | st.sampled_from(["\x00", "\x1f", "\x7f", "\u2028", '"', "\\", "\b\f\n\r\t", "\ue000",
+                     "\U0001f600", "é", "/"])
+_safe_ints = st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
+_floats = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(
+    [1e-7, 1e20, 1e21, -0.0, 0.000001, 5e-324, 1.7976931348623157e308, 100000.0])
+_no_float_json = st.recursive(
+    st.none() | st.booleans() | _safe_ints | _text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
+    max_leaves=20,
+)
+_any_json = st.recursive(
+    st.none() | st.booleans() | _safe_ints | _floats | _text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_no_float_json)
+def test_fast_path_is_byte_identical_to_rfc8785(value: object) -> None:
+    assert canonical.canonicalize(value) == rfc8785.dumps(value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_any_json)
+def test_canonicalize_is_byte_identical_to_rfc8785_on_any_json(value: object) -> None:
+    assert canonical.canonicalize(value) == rfc8785.dumps(value)
+
+
+def test_fast_path_is_taken_only_without_floats_or_non_bmp_keys() -> None:
+    assert canonical._checked({"a": [1, "x", None, True]}) is True
+    assert canonical._checked({"a": 1.5}) is False
+    assert canonical._checked({"\U0001f600": 1}) is False
+    assert canonical._checked({"k": "\U0001f600"}) is True  # non-BMP *values* are fine
