@@ -1,0 +1,68 @@
+"""GroupCommitter: batching, per-item outcomes, whole-batch failure fails closed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from server.db.group_commit import GroupCommitter
+from server.errors import Conflict, Unavailable
+
+
+async def test_concurrent_submits_share_batches_and_get_their_own_results() -> None:
+    batches: list[list[int]] = []
+
+    async def run(items: list[int]) -> list[object]:
+        batches.append(items)
+        await asyncio.sleep(0.01)  # a slow COMMIT lets the queue fill up
+        return [i * 10 for i in items]
+
+    committer: GroupCommitter[int] = GroupCommitter(run, max_batch=8, max_wait_s=0.001)
+    committer.start()
+    results = await asyncio.gather(*(committer.submit(i) for i in range(40)))
+    await committer.stop()
+    assert results == [i * 10 for i in range(40)]
+    assert sum(len(b) for b in batches) == 40
+    assert max(len(b) for b in batches) <= 8
+    assert len(batches) < 40  # really grouped
+
+
+async def test_an_item_error_is_that_items_only() -> None:
+    async def run(items: list[int]) -> list[object]:
+        return [Conflict("dup") if i == 3 else i for i in items]
+
+    committer: GroupCommitter[int] = GroupCommitter(run, max_batch=16, max_wait_s=0.005)
+    committer.start()
+    outcomes = await asyncio.gather(*(committer.submit(i) for i in range(6)),
+                                    return_exceptions=True)
+    await committer.stop()
+    assert [type(o).__name__ for o in outcomes] == ["int"] * 3 + ["Conflict"] + ["int"] * 2
+
+
+async def test_batch_failure_fails_every_waiter_closed() -> None:
+    async def run(items: list[int]) -> list[object]:
+        raise OSError("disk full")
+
+    committer: GroupCommitter[int] = GroupCommitter(run, max_batch=16, max_wait_s=0.005)
+    committer.start()
+    outcomes = await asyncio.gather(*(committer.submit(i) for i in range(5)),
+                                    return_exceptions=True)
+    assert all(isinstance(o, Unavailable) for o in outcomes)
+    assert committer.stats.failed_batches >= 1
+    # The writer keeps serving after a failed batch.
+    committer._run_batch = lambda items: _echo(items)  # type: ignore[assignment]
+    assert await committer.submit(7) == 7
+    await committer.stop()
+
+
+async def _echo(items: list[int]) -> list[object]:
+    return list(items)
+
+
+async def test_submit_after_stop_is_unavailable() -> None:
+    committer: GroupCommitter[int] = GroupCommitter(_echo)
+    committer.start()
+    await committer.stop()
+    with pytest.raises(Unavailable):
+        await committer.submit(1)
