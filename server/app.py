@@ -19,6 +19,7 @@ from server import web
 from server.api import decisions as decisions_routes
 from server.api import health as health_routes
 from server.api import problems
+from server.api import runs as runs_routes
 from server.api.models import ProblemV1
 from server.clock import Clock, system_clock
 from server.db.database import Database
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     problems.install(app)
     app.include_router(health_routes.router)
     app.include_router(decisions_routes.router)
+    app.include_router(runs_routes.router)
     web.install(app)
     _register_schemas(app)
     return app
@@ -100,6 +102,7 @@ def _start_webhook_worker(services: Services, settings: Settings, clock: Clock) 
 def _register_schemas(app: FastAPI) -> None:
     """Add the models of self-parsed bodies and problem documents to the OpenAPI schema."""
     from server.api.models import DecisionRequestV1
+    from server.api.models_runs import OutcomeReportV1, RunContractV1
 
     original = app.openapi
 
@@ -108,7 +111,7 @@ def _register_schemas(app: FastAPI) -> None:
             return app.openapi_schema
         schema = original()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (DecisionRequestV1, ProblemV1):
+        for model in (DecisionRequestV1, ProblemV1, RunContractV1, OutcomeReportV1):
             model_schema = model.model_json_schema(
                 ref_template="#/components/schemas/{model}")
             for name, sub in model_schema.pop("$defs", {}).items():

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from server import permit_ledger
+from server import contracts, permit_ledger
 from server.audit.chain import Event, append
 from server.canonical import args_hash as compute_args_hash
 from server.canonical import canonicalize, hash_bytes
@@ -114,6 +114,8 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
     request_hash = hash_bytes(canonicalize(req.raw))
     async with deps.db.read() as conn:
         row = await _existing(conn, tenant, req.request_id)
+        run_state = None if row is not None else await contracts.load(conn, tenant,
+                                                                      req.run["id"])
     if row is not None:
         return _replay(row, request_hash)
 
@@ -124,7 +126,11 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
     evaluation: Evaluation
     mask: tuple[str, ...] = ()
     spec = bundle.catalogue.lookup(tool_name) if bundle and bundle.catalogue else None
-    if bundle is not None and bundle.catalogue is not None and spec is None:
+    off_contract = contracts.refusal(run_state, tool_name, now)  # before policy
+    if off_contract is not None:
+        evaluation = Evaluation(deny(off_contract.code, off_contract.message),
+                                bundle.ref() if bundle else None, bundle)
+    elif bundle is not None and bundle.catalogue is not None and spec is None:
         evaluation = Evaluation(deny("unknown_tool", f"{tool_name} is not in the tool "
                                      "catalogue"), bundle.ref(), bundle)
     else:
@@ -132,7 +138,9 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
             spec.validate(req.args)  # raises InvalidArgs before any policy runs
             mask = tuple(spec.mask)
         evaluation = await deps.store.evaluate(
-            tenant, input_document(caller, req, now=isoformat(now)), snapshot=snapshot)
+            tenant, input_document(caller, req, now=isoformat(now),
+                                   run_state=run_state.as_input() if run_state else None),
+            snapshot=snapshot)
     result = evaluation.result
     mask = mask + result.mask
     decision_id = str(uuid.uuid4())
@@ -150,8 +158,14 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
         response["approval"] = {"status": "pending", **result.approval.as_dict()}
     try:
         async with deps.db.transaction() as conn:
+            # Re-check and count under the write lock: concurrent calls cannot overspend.
+            refused = await contracts.check_and_count(
+                conn, tenant=tenant, run_id=req.run["id"], tool=tool_name, now=now,
+                count=result.effect != "deny")
+            if refused is not None:
+                response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
             events = [_decision_event(caller, req, response, evaluation, mask)]
-            if result.effect == "allow":
+            if response["effect"] == "allow":
                 ttl = min(result.permit_ttl_s or deps.settings.permit_ttl_s,
                           deps.settings.max_permit_ttl_s)
                 permit, permit_event = await permit_ledger.issue(
@@ -164,7 +178,7 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
             await conn.execute(decisions.insert().values(
                 id=decision_id, tenant=tenant, request_id=req.request_id,
                 request_hash=request_hash, run_id=req.run["id"], tool=tool_name,
-                args_hash=a_hash, effect=result.effect, caller=caller.subject,
+                args_hash=a_hash, effect=response["effect"], caller=caller.subject,
                 policy_id=(evaluation.policy or {}).get("id"),
                 policy_version=(evaluation.policy or {}).get("version"),
                 policy_revision=(evaluation.policy or {}).get("revision"),

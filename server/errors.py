@@ -21,7 +21,8 @@ Tree::
     │   ├── IdempotencyConflict  idempotency_conflict
     │   ├── ApprovalStateError   approval_expired, approval_not_pending, ...
     │   ├── ReviewRefused        self_approval, duplicate_review, not_eligible, ...
-    │   └── OutcomeConflict      outcome_conflict
+    │   ├── OutcomeConflict      outcome_conflict
+    │   └── ContractConflict     contract_conflict    (run contracts never widen)
     ├── PermitRefused            bad_signature, expired, not_yet_valid, args_mismatch,
     │                            tool_mismatch, tenant_mismatch, already_redeemed,
     │                            revoked, policy_changed, malformed_permit
@@ -122,6 +123,11 @@ class ReviewRefused(Conflict):
 class OutcomeConflict(Conflict):
     code = "outcome_conflict"
     title = "An outcome was already reported for this decision"
+
+
+class ContractConflict(Conflict):
+    code = "contract_conflict"
+    title = "A different contract is already registered for this run"
 
 
 class PermitRefused(CosignerError):
