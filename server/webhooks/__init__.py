@@ -1,0 +1,1 @@
+"""Outgoing approval notifications: an outbox table, HMAC signatures, a retrying worker."""
