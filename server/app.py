@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from server import web
 from server.api import decisions as decisions_routes
 from server.api import health as health_routes
+from server.api import policies as policies_routes
 from server.api import problems
 from server.api import runs as runs_routes
 from server.api.models import ProblemV1
@@ -25,7 +26,8 @@ from server.clock import Clock, system_clock
 from server.db.database import Database
 from server.decisions import Deps
 from server.keys import Keyring
-from server.policy.store import PolicyStore
+from server.policy.cases import check_bundle
+from server.policy.store import PolicyStore, engine_factory
 from server.principals import KeyAuthenticator
 from server.settings import Settings, get_settings
 
@@ -46,8 +48,9 @@ async def build_services(settings: Settings, clock: Clock) -> Services:
     db = Database(settings.database_url)
     keyring = Keyring.load_or_create(settings.key_dir, now=clock(),
                                      max_token_lifetime_s=settings.max_permit_ttl_s)
-    store = PolicyStore(settings.bundle_dirs)
-    snapshot = store.reload()
+    store = PolicyStore(settings.bundle_dirs, engine_factory=engine_factory(
+        opa_url=settings.opa_url, opa_timeout_ms=settings.opa_timeout_ms))
+    snapshot = store.reload(check=check_bundle)
     for error in snapshot.errors:
         log.error("policy bundle not loaded: %s: %s", error.path, error.message)
     deps = Deps(db=db, store=store, keyring=keyring, clock=clock, settings=settings)
@@ -81,6 +84,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     problems.install(app)
     app.include_router(health_routes.router)
     app.include_router(decisions_routes.router)
+    app.include_router(policies_routes.router)
     app.include_router(runs_routes.router)
     web.install(app)
     _register_schemas(app)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from server import accounts_cli
+from server import accounts_cli, policy_cli
 from server.clock import system_clock
 from server.settings import Settings, get_settings
 
@@ -126,6 +126,8 @@ COMMANDS: dict[str, Command] = {
     "principals add-user": (accounts_cli.add_user_args, accounts_cli.add_user),
     "principals disable": (accounts_cli.disable_args, accounts_cli.disable),
     "keys rotate": (_noargs, _keys_rotate),
+    "policy test": (policy_cli.test_args, policy_cli.run_test),
+    "policy reload": (policy_cli.reload_args, policy_cli.run_reload),
 }
 
 
