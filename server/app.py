@@ -16,12 +16,14 @@ from typing import Any
 from fastapi import FastAPI
 
 from server import web
+from server.api import audit as audit_routes
 from server.api import decisions as decisions_routes
 from server.api import health as health_routes
 from server.api import policies as policies_routes
 from server.api import problems
 from server.api import runs as runs_routes
 from server.api.models import ProblemV1
+from server.audit.runtime import AuditRuntime
 from server.clock import Clock, system_clock
 from server.db.database import Database
 from server.decisions import Deps
@@ -67,9 +69,13 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         services = await build_services(settings, clock)
         app.state.services = services
         webhook_worker = _start_webhook_worker(services, settings, clock)
+        audit = AuditRuntime(services.deps)
+        services.extras["audit"] = audit
+        await audit.start()
         try:
             yield
         finally:
+            await audit.stop()
             if webhook_worker is not None:
                 await webhook_worker.stop()
             await services.deps.db.dispose()
@@ -86,6 +92,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(decisions_routes.router)
     app.include_router(policies_routes.router)
     app.include_router(runs_routes.router)
+    app.include_router(audit_routes.router)
     web.install(app)
     _register_schemas(app)
     return app

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from server import accounts_cli, policy_cli
+from server import accounts_cli, cli_audit, policy_cli
 from server.clock import system_clock
 from server.settings import Settings, get_settings
 
@@ -110,8 +110,11 @@ def _keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
 
     keyring = Keyring.load_or_create(settings.key_dir, now=system_clock(),
                                      max_token_lifetime_s=settings.max_permit_ttl_s)
-    print(keyring.rotate(now=system_clock()))
+    old_kid = keyring.current_kid
+    new_kid = keyring.rotate(now=system_clock())
+    print(new_kid)
     print("restart serving processes to sign with the new key", file=sys.stderr)
+    cli_audit.record_rotation(settings, old_kid=old_kid, new_kid=new_kid)
     return 0
 
 
@@ -128,6 +131,10 @@ COMMANDS: dict[str, Command] = {
     "keys rotate": (_noargs, _keys_rotate),
     "policy test": (policy_cli.test_args, policy_cli.run_test),
     "policy reload": (policy_cli.reload_args, policy_cli.run_reload),
+    "audit export": (cli_audit.export_args, cli_audit.export_cmd),
+    "audit verify": (cli_audit.verify_args, cli_audit.verify_cmd),
+    "audit prune": (cli_audit.prune_args, cli_audit.prune_cmd),
+    "audit checkpoint": (cli_audit.checkpoint_args, cli_audit.checkpoint_cmd),
 }
 
 

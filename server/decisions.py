@@ -203,7 +203,9 @@ def _decision_event(caller: Caller, req: DecisionRequest, response: dict[str, An
         "initiator": req.initiator,
         "run": req.run,
         "tool": req.tool,
-        "masked_paths": list(mask),
+        # Masked by audit.append before hashing (catalogue + policy paths, secret keys).
+        "args": req.args,
+        "context": req.context,
         "eval_us": evaluation.elapsed_us,
     }
     if evaluation.shadow is not None:
@@ -217,7 +219,8 @@ def _decision_event(caller: Caller, req: DecisionRequest, response: dict[str, An
         type="decision.made", actor=actor_of(caller), decision_id=response["decision_id"],
         run_id=req.run["id"], tool=req.tool["name"], args_hash=response["args_hash"],
         effect=response["effect"], principal=str(req.principal.get("id")),
-        policy=evaluation.policy, payload=payload)
+        policy=evaluation.policy, payload=payload,
+        mask=tuple("/args" + pointer for pointer in mask))
 
 
 async def record_refusal(deps: Deps, caller: Caller, *, code: str, detail: str,

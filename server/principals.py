@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from server.audit.chain import Event, append
 from server.clock import Clock
 from server.db.database import Database
 from server.db.tables import api_keys, principals
@@ -112,11 +113,17 @@ async def create_api_key(
     secret = secrets.token_urlsafe(32)
     now = clock()
     async with db.transaction() as conn:
-        principal_id, _ = await get_or_create_principal(
+        principal_id, created = await get_or_create_principal(
             conn, tenant=tenant, subject=subject, roles=roles, kind="key", now=now)
         await conn.execute(api_keys.insert().values(
             id=key_id, principal_id=principal_id, secret_hash=hash_secret(secret),
             created_at=now))
+        # The key id is public (part of the key string); the secret never enters the log.
+        await append(conn, tenant, [Event(
+            type="principal.created" if created else "principal.updated",
+            actor={"subject": "cli", "principal_id": None, "kind": "cli"}, principal=subject,
+            payload={"principal_id": principal_id, "subject": subject, "kind": "key",
+                     "roles": roles, "api_key_id": key_id})], now=now)
     return f"csk_{key_id}_{secret}", principal_id
 
 

@@ -21,6 +21,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from server.audit.masking import mask_with_paths
 from server.canonical import canonicalize, hash_bytes
 from server.clock import isoformat
 from server.db.tables import audit_events, audit_heads
@@ -31,7 +32,12 @@ GENESIS = "sha256:" + "0" * 64
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """What a domain function records. ``payload`` must already be masked."""
+    """What a domain function records.
+
+    ``mask`` lists JSON pointers into ``payload`` to redact; :func:`append` applies them
+    and the always-masked keys (:mod:`server.audit.masking`) before hashing, and the
+    stored payload lists what it hid in ``masked_paths``.
+    """
 
     type: str
     actor: dict[str, Any]
@@ -45,6 +51,16 @@ class Event:
     principal: str | None = None
     policy: dict[str, str] | None = None
     payload: dict[str, Any] | None = None
+    mask: tuple[str, ...] = ()
+
+
+def masked_payload(event: Event) -> dict[str, Any]:
+    """The payload as stored: masked, plus the sorted ``masked_paths`` when anything was
+    masked (no ``masked_paths`` member means nothing was hidden)."""
+    payload, paths = mask_with_paths(event.payload or {}, event.mask)
+    if not isinstance(payload, dict):  # the pointer "" masked the whole payload
+        payload = {"masked": payload}
+    return {**payload, "masked_paths": paths} if paths else payload
 
 
 def event_body(event: Event, *, tenant: str, seq: int, time: datetime,
@@ -67,7 +83,7 @@ def event_body(event: Event, *, tenant: str, seq: int, time: datetime,
         "args_hash": event.args_hash,
         "effect": event.effect,
         "policy": event.policy,
-        "payload": event.payload or {},
+        "payload": masked_payload(event),
         "prev_hash": prev_hash,
     }
 

@@ -40,7 +40,8 @@ async def test_k01_no_bundle_loaded_denies_and_is_not_ready(harness_factory: Any
     assert body["permit"] is None
     async with h.db.read() as conn:
         effects = (await conn.execute(select(audit_events.c.effect).where(
-            audit_events.c.tenant == tenant))).scalars().all()
+            audit_events.c.tenant == tenant,
+            audit_events.c.type == "decision.made"))).scalars().all()
     assert effects == ["deny"]
 
 

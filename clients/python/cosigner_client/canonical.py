@@ -1,0 +1,232 @@
+"""RFC 8785 (JSON Canonicalization Scheme) and the args hash, agreeing byte for byte with
+the server (``server.canonical``), with the same strict rejections.
+
+A permit is bound to ``sha256(canonical(args))``; the client computes that hash itself, so
+it can refuse to send what the server would refuse (before any network call) and detect a
+server that hashed something else. Shared golden vectors and a property test prove the
+two implementations identical.
+
+Rules (RFC 8785 §3.2):
+
+* objects: members sorted by the UTF-16 code units of their names; no whitespace;
+* strings: raw UTF-8, escaping only ``"``, ``\\`` and U+0000..U+001F (``\\b \\t \\n \\f \\r``
+  short forms, else ``\\u00xx`` lowercase);
+* numbers: as an IEEE 754 double in ECMAScript ``Number.prototype.toString`` form
+  (``1e-7``, ``1e+21``, ``100000000000000000000``, ``-0`` → ``0``, ``100000.0`` → ``100000``).
+
+Refused with :class:`~cosigner_client.errors.InvalidArguments` (codes as the server's):
+``unsafe_integer`` (an int outside ±(2**53 − 1), RFC 7493 §2.2), ``non_finite_number``
+(NaN, ±Infinity), ``invalid_json`` (a non-``str`` key, a lone surrogate, a value that is
+not exactly ``dict``/``list``/``str``/``int``/``float``/``bool``/``None``, nesting too deep),
+and, when parsing text, ``duplicate_key``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any, NoReturn
+
+from cosigner_client.errors import InvalidArguments
+
+__all__ = ["MAX_SAFE_INTEGER", "args_hash", "canonicalize", "check_hashable", "parse_json"]
+
+MAX_SAFE_INTEGER = 2**53 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPE = re.compile('[\x00-\x1f"\\\\]')
+_SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+          "\t": "\\t"}
+_MAX_SAFE_DIGITS = len(str(MAX_SAFE_INTEGER))
+
+
+class _Reject(Exception):
+    def __init__(self, code: str, what: str) -> None:
+        super().__init__(what)
+        self.code, self.what = code, what
+        self.path: list[str] = []
+
+
+def _segment(key: str) -> str:
+    seg = key.replace("~", "~0").replace("/", "~1")
+    seg = seg.encode("utf-8", "backslashreplace").decode("utf-8")
+    return seg if len(seg) <= 64 else seg[:64] + "…"
+
+
+def _escape(match: re.Match[str]) -> str:
+    ch = match.group()
+    return _SHORT.get(ch) or f"\\u{ord(ch):04x}"
+
+
+def _string(value: str) -> str:
+    if not value.isascii() and _SURROGATE.search(value):
+        raise _Reject("invalid_json", "lone surrogate in string")
+    return '"' + _ESCAPE.sub(_escape, value) + '"'
+
+
+def _number(value: float) -> str:
+    """ECMAScript Number::toString of a finite double (RFC 8785 §3.2.2.3)."""
+    if not math.isfinite(value):
+        raise _Reject("non_finite_number", "NaN or infinite number")
+    if value == 0:
+        return "0"  # also -0.0
+    sign = "-" if value < 0 else ""
+    mantissa, _, exp = repr(abs(value)).partition("e")  # repr: shortest round-trip digits
+    whole, _, frac = mantissa.partition(".")
+    digits = (whole + frac).lstrip("0")
+    k = len(digits.rstrip("0"))
+    exponent = int(exp or 0) - len(frac) + (len(digits) - k)  # value = int(digits) * 10**exponent
+    digits = digits[:k]
+    n = exponent + k  # value = 0.<digits> * 10**n
+    if k <= n <= 21:
+        text = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        text = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        text = "0." + "0" * -n + digits
+    else:
+        e = n - 1
+        text = digits[0] + ("." + digits[1:] if k > 1 else "") + ("e+" if e >= 0 else "e-")
+        text += str(abs(e))
+    return sign + text
+
+
+def _serialise(value: Any, out: list[str]) -> None:
+    t = type(value)
+    if t is str:
+        out.append(_string(value))
+    elif value is None:
+        out.append("null")
+    elif t is bool:
+        out.append("true" if value else "false")
+    elif t is int:
+        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            raise _Reject("unsafe_integer", "integer outside ±(2**53 - 1)")
+        out.append(str(value))
+    elif t is float:
+        out.append(_number(value))
+    elif t is dict:
+        for key in value:
+            if type(key) is not str:
+                exc = _Reject("invalid_json", f"object key of type {type(key).__name__}")
+                exc.path.append("<non-string key>")
+                raise exc
+            if not key.isascii() and _SURROGATE.search(key):
+                exc = _Reject("invalid_json", "lone surrogate in object key")
+                exc.path.append(_segment(key))
+                raise exc
+        out.append("{")
+        for i, key in enumerate(sorted(value, key=lambda k: k.encode("utf-16-be"))):
+            if i:
+                out.append(",")
+            out.append(_string(key))
+            out.append(":")
+            try:
+                _serialise(value[key], out)
+            except _Reject as exc:
+                exc.path.append(_segment(key))
+                raise
+        out.append("}")
+    elif t is list:
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            try:
+                _serialise(item, out)
+            except _Reject as exc:
+                exc.path.append(str(i))
+                raise
+        out.append("]")
+    else:
+        raise _Reject("invalid_json", f"value of type {t.__name__} is not JSON")
+
+
+def canonicalize(value: Any) -> bytes:
+    """RFC 8785 canonical UTF-8 bytes of ``value``.
+
+    Raises:
+        InvalidArguments: ``unsafe_integer``, ``non_finite_number`` or ``invalid_json``;
+            ``pointer`` names the JSON pointer (RFC 6901) of the offending place, never
+            the value.
+    """
+    out: list[str] = []
+    try:
+        _serialise(value, out)
+    except _Reject as exc:
+        pointer = "".join("/" + seg for seg in reversed(exc.path))
+        where = f"at {pointer!r}" if pointer else "at the top level"
+        raise InvalidArguments(f"{exc.what} {where}", code=exc.code, pointer=pointer) from None
+    except RecursionError:
+        raise InvalidArguments("value is nested too deeply", code="invalid_json") from None
+    return "".join(out).encode("utf-8")
+
+
+def check_hashable(value: Any) -> None:
+    """Raise :class:`InvalidArguments` unless ``value`` has exactly one canonical form."""
+    canonicalize(value)
+
+
+def args_hash(args: Any) -> str:
+    """``"sha256:" + hex(SHA-256(canonicalize(args)))``, the binding hash of a permit."""
+    return "sha256:" + hashlib.sha256(canonicalize(args)).hexdigest()
+
+
+# ----------------------------------------------------------------------------- strict parse
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidArguments(f"duplicate object key {_segment(key)!r}",
+                                       code="duplicate_key")
+            seen.add(key)
+    return obj
+
+
+def _constant(name: str) -> NoReturn:
+    raise InvalidArguments(f"{name} is not a JSON number", code="non_finite_number")
+
+
+def _float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise InvalidArguments("number literal overflows to infinity", code="non_finite_number")
+    return value
+
+
+def _int(literal: str) -> int:
+    if len(literal) - (literal[0] == "-") <= _MAX_SAFE_DIGITS:
+        value = int(literal)
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return value
+    raise InvalidArguments("integer literal outside ±(2**53 - 1); send large identifiers "
+                           "as strings", code="unsafe_integer")
+
+
+def parse_json(text: str | bytes) -> Any:
+    """Parse JSON text exactly as the server does (``server.canonical.parse_json``).
+
+    Raises:
+        InvalidArguments: ``invalid_json``, ``duplicate_key``, ``non_finite_number``,
+            ``unsafe_integer``.
+    """
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArguments("text is not valid UTF-8", code="invalid_json") from None
+    try:
+        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant,
+                           parse_int=_int, parse_float=_float)
+    except json.JSONDecodeError as exc:
+        raise InvalidArguments(f"invalid JSON: {exc.msg} (line {exc.lineno}, column "
+                               f"{exc.colno})", code="invalid_json") from None
+    except RecursionError:
+        raise InvalidArguments("JSON is nested too deeply", code="invalid_json") from None
+    check_hashable(value)  # lone surrogates (raw or escaped)
+    return value

@@ -1,0 +1,365 @@
+"""``Gate`` (sync) and ``AsyncGate``: the three gates of a tool call over HTTP.
+
+Both drive the same sans-IO operations (``cosigner_client._core``); see that module for
+retries, the circuit breaker, redeem recovery and the fail direction.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar
+
+import httpx
+
+from cosigner_client._breaker import Breaker
+from cosigner_client._core import (
+    Config,
+    Execute,
+    Failure,
+    Http,
+    Protocol,
+    Raised,
+    Ran,
+    Reply,
+    Sleep,
+    Steps,
+)
+from cosigner_client.models import (
+    Approval,
+    CallResult,
+    Decision,
+    Outcome,
+    OutcomeReport,
+    Permit,
+    Redemption,
+    Run,
+    SideEffect,
+)
+
+__all__ = ["AsyncGate", "Gate"]
+
+log = logging.getLogger("cosigner_client")
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+Party = str | Mapping[str, Any] | None
+
+
+def _encode(body: Any) -> bytes:
+    # json.dumps writes floats with repr (round-trips exactly); non-finite values and
+    # unsafe ints were refused by canonical.check_hashable before we got here.
+    return json.dumps(body, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode("utf-8")
+
+
+def _request_kwargs(step: Http) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"timeout": httpx.Timeout(max(step.timeout, 0.001))}
+    if step.params:
+        kwargs["params"] = dict(step.params)
+    if step.body is not None:
+        kwargs["content"] = _encode(step.body)
+        kwargs["headers"] = {"Content-Type": "application/json"}
+    return kwargs
+
+
+def _reply(resp: httpx.Response) -> Reply:
+    try:
+        data = resp.json() if resp.content else None
+    except ValueError:
+        data = None
+    return Reply(resp.status_code, data)
+
+
+def _failure(exc: httpx.HTTPError) -> Failure:
+    name = type(exc).__name__
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        return Failure("connect", f"could not connect to the server ({name})")
+    if isinstance(exc, httpx.TimeoutException):
+        return Failure("timeout", f"the server did not answer in time ({name})")
+    return Failure("transport", f"the connection failed ({name})")
+
+
+def _bind(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+          ) -> dict[str, Any]:
+    """Arguments by name, defaults applied: what is hashed is exactly what runs (K07)."""
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _config(timeout: float, retries: int, breaker_threshold: int, breaker_cooldown: float,
+            approval_timeout: float, proceed_on_timeout: Collection[str]) -> Config:
+    if isinstance(proceed_on_timeout, str):
+        raise TypeError("proceed_on_timeout takes a collection of tool names")
+    return Config(timeout=timeout, retries=retries, breaker_threshold=breaker_threshold,
+                  breaker_cooldown=breaker_cooldown, approval_timeout=approval_timeout,
+                  proceed_on_timeout=frozenset(proceed_on_timeout))
+
+
+class _Base:
+    def __init__(self, *, timeout: float, retries: int, breaker_threshold: int,
+                 breaker_cooldown: float, approval_timeout: float,
+                 proceed_on_timeout: Collection[str], run: Party, principal: Party,
+                 initiator: Party) -> None:
+        self._p = Protocol(config=_config(timeout, retries, breaker_threshold,
+                                          breaker_cooldown, approval_timeout,
+                                          proceed_on_timeout),
+                           run=run, principal=principal, initiator=initiator)
+        if self._p.config.proceed_on_timeout:
+            log.warning("cosigner gate proceeds without a decision on timeout for: %s",
+                        ", ".join(sorted(self._p.config.proceed_on_timeout)))
+
+    @property
+    def config(self) -> Config:
+        return self._p.config
+
+    @property
+    def breaker(self) -> Breaker:
+        """The gate's circuit breaker (``breaker.state``: closed | open | half_open)."""
+        return self._p.breaker
+
+    @property
+    def run(self) -> dict[str, Any] | None:
+        """The default run of this gate's decisions (set by :meth:`start_run`)."""
+        return self._p.run
+
+    @staticmethod
+    def _headers(api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}", "User-Agent": "cosigner-client/0.1"}
+
+    @staticmethod
+    def _note(result: CallResult) -> CallResult:
+        if result.status == "proceeded_on_timeout":
+            log.warning("%s ran WITHOUT a decision (server %s; proceed_on_timeout)",
+                        result.decision.request_id, result.code or result.decision.error)
+        return result
+
+
+class Gate(_Base):
+    """Synchronous gate. ``Gate(url, api_key, principal=..., initiator=...)``.
+
+    Args:
+        url: the Cosigner base URL. api_key: a ``runtime`` key (``csk_...``).
+        timeout: seconds per gate operation, retries included (default 2).
+        retries: extra attempts for decide and outcome reports (same request_id).
+        breaker_threshold / breaker_cooldown: failed attempts that open the circuit
+            breaker, and seconds before it lets one probe through.
+        approval_timeout: default seconds ``call`` waits for a human approval.
+        proceed_on_timeout: tool names that may run without a decision when the server
+            cannot answer (opt-in by name; reported as ``proceeded_on_timeout``). Empty by
+            default: every gate fails closed.
+        run, principal, initiator: defaults for every decision (``"id"`` or a dict).
+        transport: an ``httpx`` transport (tests).
+    """
+
+    def __init__(self, url: str, api_key: str, *, timeout: float = 2.0, retries: int = 2,
+                 breaker_threshold: int = 5, breaker_cooldown: float = 10.0,
+                 approval_timeout: float = 60.0, proceed_on_timeout: Collection[str] = (),
+                 run: Party = None, principal: Party = None, initiator: Party = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        super().__init__(timeout=timeout, retries=retries, breaker_threshold=breaker_threshold,
+                         breaker_cooldown=breaker_cooldown, approval_timeout=approval_timeout,
+                         proceed_on_timeout=proceed_on_timeout, run=run, principal=principal,
+                         initiator=initiator)
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=self._headers(api_key),
+                                  transport=transport)
+
+    def __enter__(self) -> Gate:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _drive(self, steps: Steps[T]) -> T:
+        sent: Any = None
+        while True:
+            try:
+                step = steps.send(sent)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            if isinstance(step, Http):
+                try:
+                    sent = _reply(self._http.request(step.method, step.path,
+                                                     **_request_kwargs(step)))
+                except httpx.HTTPError as exc:
+                    sent = _failure(exc)
+            elif isinstance(step, Sleep):
+                import time
+
+                time.sleep(step.seconds)
+                sent = None
+            else:
+                sent = self._execute(step)
+
+    @staticmethod
+    def _execute(step: Execute) -> Ran | Raised:
+        try:
+            return Ran(step.fn(**step.args))
+        except Exception as exc:  # noqa: BLE001 - reported, then re-raised by the protocol
+            return Raised(exc)
+
+    # -- the gates ------------------------------------------------------------------
+
+    def decide(self, tool: str, args: dict[str, Any], **kwargs: Any) -> Decision:
+        """Ask whether ``tool(args)`` may run. Keyword args: ``run, principal, initiator,
+        context, request_id, side_effect, tool_version``. Never raises for server or
+        network trouble (→ ``deny`` with ``error``); raises :class:`InvalidArguments`
+        before any network call for arguments the server would refuse."""
+        return self._drive(self._p.decide(tool, args, **kwargs))
+
+    def wait_for_approval(self, approval: Decision | Approval | str, *,
+                          timeout: float | None = None) -> Approval:
+        """Long-poll until approved / rejected / expired / cancelled, or ``timeout`` s."""
+        return self._drive(self._p.wait_for_approval(approval, timeout=timeout))
+
+    def redeem(self, permit: Permit | str, tool: str, args: dict[str, Any]) -> Redemption:
+        """Redeem a permit for exactly ``tool(args)`` right before running it."""
+        return self._drive(self._p.redeem(permit, tool, args))
+
+    def report_outcome(self, decision: Decision | str, outcome: Outcome,
+                       side_effect: SideEffect, *, cost_minor: int | None = None
+                       ) -> OutcomeReport:
+        """Report ``ok | error | timeout`` and ``none | committed | not_executed | unknown``."""
+        return self._drive(self._p.report_outcome(decision, outcome, side_effect,
+                                                  cost_minor=cost_minor))
+
+    def start_run(self, run_id: str | None = None, *,
+                  allowed_tools: Collection[str] | None = None,
+                  tool_limits: Mapping[str, int] | None = None,
+                  max_tool_calls: int | None = None, max_cost: int | None = None,
+                  deadline: datetime | str | None = None) -> Run:
+        """Register the run contract and make ``run_id`` this gate's run. Raises
+        :class:`GateError` when the contract cannot be registered."""
+        return self._drive(self._p.start_run(
+            run_id, allowed_tools=allowed_tools, tool_limits=tool_limits,
+            max_tool_calls=max_tool_calls, max_cost=max_cost, deadline=deadline))
+
+    def call(self, tool: str, args: dict[str, Any], fn: Callable[..., Any],
+             **kwargs: Any) -> CallResult:
+        """Run all gates around ``fn(**args)``: decide, wait for approval, redeem, run,
+        report. ``fn`` runs only after a successful redeem. Keyword args: those of
+        :meth:`decide` plus ``side_effect`` (the tool's class: ``none|read|write|financial|
+        destructive``), ``cost_minor`` (int or ``f(result)``), ``approval_timeout``. An
+        exception from ``fn`` is reported (``error``, side effect ``unknown`` unless the
+        exception has a ``side_effect`` attribute) and re-raised."""
+        return self._note(self._drive(self._p.call(tool, args, fn, **kwargs)))
+
+    def guard(self, tool: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator: calls go through :meth:`call`; raises :class:`CallRefused` when the
+        body did not run. Arguments are bound by name with defaults applied."""
+        def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+            @functools.wraps(fn)
+            def wrapper(*a: P.args, **kw: P.kwargs) -> R:
+                args = _bind(fn, a, kw)
+                return self.call(tool, args, fn, **kwargs).unwrap()  # type: ignore[no-any-return]
+            return wrapper
+        return decorate
+
+
+class AsyncGate(_Base):
+    """Asynchronous gate; same arguments and methods as :class:`Gate`, awaited. ``fn``
+    passed to ``call``/``guard`` may be sync or async."""
+
+    def __init__(self, url: str, api_key: str, *, timeout: float = 2.0, retries: int = 2,
+                 breaker_threshold: int = 5, breaker_cooldown: float = 10.0,
+                 approval_timeout: float = 60.0, proceed_on_timeout: Collection[str] = (),
+                 run: Party = None, principal: Party = None, initiator: Party = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(timeout=timeout, retries=retries, breaker_threshold=breaker_threshold,
+                         breaker_cooldown=breaker_cooldown, approval_timeout=approval_timeout,
+                         proceed_on_timeout=proceed_on_timeout, run=run, principal=principal,
+                         initiator=initiator)
+        self._http = httpx.AsyncClient(base_url=url.rstrip("/"),
+                                       headers=self._headers(api_key), transport=transport)
+
+    async def __aenter__(self) -> AsyncGate:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _drive(self, steps: Steps[T]) -> T:
+        import asyncio
+
+        sent: Any = None
+        while True:
+            try:
+                step = steps.send(sent)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            if isinstance(step, Http):
+                try:
+                    sent = _reply(await self._http.request(step.method, step.path,
+                                                           **_request_kwargs(step)))
+                except httpx.HTTPError as exc:
+                    sent = _failure(exc)
+            elif isinstance(step, Sleep):
+                await asyncio.sleep(step.seconds)
+                sent = None
+            else:
+                try:
+                    value = step.fn(**step.args)
+                    if inspect.isawaitable(value):
+                        value = await value
+                    sent = Ran(value)
+                except Exception as exc:  # noqa: BLE001 - reported, then re-raised
+                    sent = Raised(exc)
+
+    async def decide(self, tool: str, args: dict[str, Any], **kwargs: Any) -> Decision:
+        """See :meth:`Gate.decide`."""
+        return await self._drive(self._p.decide(tool, args, **kwargs))
+
+    async def wait_for_approval(self, approval: Decision | Approval | str, *,
+                                timeout: float | None = None) -> Approval:
+        """See :meth:`Gate.wait_for_approval`."""
+        return await self._drive(self._p.wait_for_approval(approval, timeout=timeout))
+
+    async def redeem(self, permit: Permit | str, tool: str, args: dict[str, Any]
+                     ) -> Redemption:
+        """See :meth:`Gate.redeem`."""
+        return await self._drive(self._p.redeem(permit, tool, args))
+
+    async def report_outcome(self, decision: Decision | str, outcome: Outcome,
+                             side_effect: SideEffect, *, cost_minor: int | None = None
+                             ) -> OutcomeReport:
+        """See :meth:`Gate.report_outcome`."""
+        return await self._drive(self._p.report_outcome(decision, outcome, side_effect,
+                                                        cost_minor=cost_minor))
+
+    async def start_run(self, run_id: str | None = None, *,
+                        allowed_tools: Collection[str] | None = None,
+                        tool_limits: Mapping[str, int] | None = None,
+                        max_tool_calls: int | None = None, max_cost: int | None = None,
+                        deadline: datetime | str | None = None) -> Run:
+        """See :meth:`Gate.start_run`."""
+        return await self._drive(self._p.start_run(
+            run_id, allowed_tools=allowed_tools, tool_limits=tool_limits,
+            max_tool_calls=max_tool_calls, max_cost=max_cost, deadline=deadline))
+
+    async def call(self, tool: str, args: dict[str, Any], fn: Callable[..., Any],
+                   **kwargs: Any) -> CallResult:
+        """See :meth:`Gate.call`; ``fn`` may return an awaitable."""
+        return self._note(await self._drive(self._p.call(tool, args, fn, **kwargs)))
+
+    def guard(self, tool: str, **kwargs: Any
+              ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+        """Decorator for async tool functions; see :meth:`Gate.guard`."""
+        def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+            @functools.wraps(fn)
+            async def wrapper(*a: P.args, **kw: P.kwargs) -> R:
+                args = _bind(fn, a, kw)
+                result = await self.call(tool, args, fn, **kwargs)
+                return result.unwrap()  # type: ignore[no-any-return]
+            return wrapper
+        return decorate

@@ -1,0 +1,101 @@
+"""Offline permit verification against the server's JWKS (extra ``cosigner-client[jwks]``).
+
+An executor may check a permit without calling the server: signature (``alg`` pinned to
+``Ed25519``, RFC 9864; the key chosen by ``kid`` from the JWKS only), issuer, audience,
+``exp``/``nbf`` (expired when ``now >= exp``, RFC 7519 §4.1.4), tenant, tool and the args
+hash of the exact arguments. It cannot know whether the permit was already redeemed or
+revoked: single use needs ``Gate.redeem``; use this as an extra check, not instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from cosigner_client.canonical import args_hash
+from cosigner_client.errors import ServerRefused
+
+try:
+    from joserfc import jws
+    from joserfc.errors import JoseError
+    from joserfc.jwk import OKPKey
+except ImportError as exc:  # pragma: no cover - depends on the installed extra
+    raise ImportError("install cosigner-client[jwks] for offline permit verification"
+                      ) from exc
+
+__all__ = ["PermitVerifier"]
+
+ALGORITHM = "Ed25519"
+PERMIT_TYP = "cosigner-permit+jwt"
+
+
+def _refuse(code: str, detail: str) -> ServerRefused:
+    return ServerRefused(detail, code=code)
+
+
+def _segment(part: str) -> dict[str, Any]:
+    try:
+        value = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    except ValueError:
+        raise _refuse("malformed_permit", "permit segment is not base64url JSON") from None
+    if not isinstance(value, dict):
+        raise _refuse("malformed_permit", "permit segment is not a JSON object")
+    return value
+
+
+class PermitVerifier:
+    """Verify permits with a JWK Set (``GET /.well-known/jwks.json``)."""
+
+    def __init__(self, jwks: Mapping[str, Any], *, issuer: str = "cosigner",
+                 audience: str = "cosigner-executor") -> None:
+        self._keys = {k["kid"]: OKPKey.import_key(dict(k)) for k in jwks.get("keys", [])
+                      if k.get("kty") == "OKP" and k.get("crv") == "Ed25519" and "kid" in k}
+        self.issuer, self.audience = issuer, audience
+
+    def verify(self, token: str, *, tool: str, args: dict[str, Any],
+               tenant: str | None = None, now: float | None = None) -> dict[str, Any]:
+        """The permit's claims when it is valid for exactly ``tool(args)``.
+
+        Raises:
+            ServerRefused: ``malformed_permit``, ``bad_signature``, ``unknown_kid``,
+                ``expired``, ``not_yet_valid``, ``wrong_audience``, ``tenant_mismatch``,
+                ``tool_mismatch``, ``args_mismatch`` (the server's codes).
+        """
+        parts = token.split(".") if isinstance(token, str) else []
+        if len(parts) != 3:
+            raise _refuse("malformed_permit", "not a compact JWS")
+        header = _segment(parts[0])
+        if header.get("alg") != ALGORITHM or header.get("typ") != PERMIT_TYP:
+            raise _refuse("bad_signature", "algorithm or token type not accepted")
+        key = self._keys.get(str(header.get("kid")))
+        if key is None:
+            raise _refuse("unknown_kid", "signing key is not in the JWKS")
+        try:
+            jws.deserialize_compact(token, key, algorithms=[ALGORITHM])
+        except JoseError:
+            raise _refuse("bad_signature", "signature verification failed") from None
+        claims = _segment(parts[1])
+        current = int(time.time() if now is None else now)
+        exp, nbf = claims.get("exp"), claims.get("nbf")
+        if type(exp) is not int or type(nbf) is not int:
+            raise _refuse("malformed_permit", "exp/nbf missing or not integers")
+        if claims.get("iss") != self.issuer:
+            raise _refuse("bad_signature", "permit was not issued by this server")
+        if claims.get("aud") != self.audience:
+            raise _refuse("wrong_audience", "permit is meant for another audience")
+        if current >= exp:
+            raise _refuse("expired", "permit has expired")
+        if current < nbf:
+            raise _refuse("not_yet_valid", "permit is not valid yet")
+        if tenant is not None and claims.get("tenant") != tenant:
+            raise _refuse("tenant_mismatch", "permit belongs to another tenant")
+        if claims.get("tool") != tool:
+            raise _refuse("tool_mismatch", "permit is for another tool")
+        bound = str(claims.get("args_hash", ""))
+        if not hmac.compare_digest(bound.encode(), args_hash(args).encode()):
+            raise _refuse("args_mismatch", "arguments differ from the approved ones")
+        return claims
