@@ -1,0 +1,83 @@
+"""Policy evaluation alone, in process: what one decision's policy step costs.
+
+No HTTP and no database: each reference bundle (``policies/refunds`` in Python rules,
+``rego/refunds`` in Rego) is loaded the way the server loads it and evaluated on the
+allow, require_approval and deny refund inputs, engine alone (``run_bundle``: engine +
+result validation) and with the tool catalogue's schema check first (``evaluate_case``,
+as ``decide()`` does). Prints µs per evaluation and evaluations/s on one core::
+
+    .venv/bin/python bench/policy_eval.py [--seconds 1.0]
+
+It puts the HTTP table of bench/run.py in proportion: a few µs here against
+milliseconds per request there means the policy engine is not the bottleneck.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from server.policy.cases import evaluate_case, with_defaults  # noqa: E402
+from server.policy.store import PolicyStore, run_bundle  # noqa: E402
+
+AMOUNTS = {"allow": 5000, "require_approval": 150000, "deny": 250000}
+BUNDLES = {"python": ROOT / "policies" / "refunds", "rego": ROOT / "rego" / "refunds"}
+
+
+def refund_input(amount: int) -> dict[str, Any]:
+    return with_defaults({
+        "tool": {"name": "issue_refund", "side_effect": "financial"},
+        "args": {"order_id": "ord_8472", "amount_minor": amount, "currency": "USD",
+                 "reason_code": "duplicate_charge"},
+    })
+
+
+async def per_call_us(call: Callable[[], Awaitable[Any]], seconds: float) -> float:
+    """Mean µs per call over batches of 100 until ``seconds`` have passed."""
+    for _ in range(50):  # warm-up
+        await call()
+    calls, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        for _ in range(100):
+            await call()
+        calls += 100
+    return elapsed / calls * 1e6
+
+
+async def main_async(seconds: float) -> None:
+    store = PolicyStore([ROOT / "policies", ROOT / "rego"])
+    print(f"{'bundle':8} {'effect':17} {'engine µs':>10} {'+catalogue µs':>14} "
+          f"{'evals/s':>9}")
+    for engine, path in BUNDLES.items():
+        if not (path / "manifest.toml").exists():
+            print(f"{engine:8} skipped: {path} not found")
+            continue
+        bundle = store.load_bundle(path)
+        for want, amount in AMOUNTS.items():
+            doc = refund_input(amount)
+            got = (await run_bundle(bundle, doc)).effect
+            if got != want:
+                raise SystemExit(f"{bundle.id}: amount {amount} gave {got}, want {want}")
+            alone = await per_call_us(lambda b=bundle, d=doc: run_bundle(b, d), seconds)
+            full = await per_call_us(lambda b=bundle, d=doc: evaluate_case(b, d), seconds)
+            print(f"{engine:8} {want:17} {alone:10.1f} {full:14.1f} {1e6 / full:9,.0f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=1.0,
+                        help="measuring time per row (default 1 s)")
+    asyncio.run(main_async(parser.parse_args().seconds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""Server processes under test: the floor app, ``cosigner serve`` and the peer.
+
+A :class:`Deployment` is one system's server side: one or two processes, each on its
+own loopback port, with its own fresh database (a temp SQLite file or a fresh
+PostgreSQL database). Deployments are prepared once per bench run and started and
+stopped around each of their turns, so only the system being measured is running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PEER_VENV = BENCH / ".venv-peer"
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+class SetupError(RuntimeError):
+    """A system cannot be measured (missing dependency, failed start); the message says why."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Process:
+    """One serving process on a loopback port."""
+
+    cmd: list[str]
+    env: dict[str, str]
+    cwd: Path
+    log: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, health: str = "/healthz") -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([*self.cmd, "--port", str(self.port)], env=self.env,
+                                         cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SetupError(f"server exited ({self.proc.returncode}): {self.log_tail()}")
+            try:
+                if httpx.get(self.url + health, timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise SetupError(f"server did not answer {health} within 60 s: {self.log_tail()}")
+
+    def log_tail(self, chars: int = 1500) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def rss_mb(self) -> float:
+        """VmRSS of the process from /proc/<pid>/status, in MB (2^20 bytes)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def cpu_s(self) -> float:
+        """utime + stime of the process so far, in seconds (/proc/<pid>/stat)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Deployment:
+    """One system's processes. Subclasses fill ``processes`` in :meth:`prepare`."""
+
+    health = "/healthz"
+
+    def __init__(self, name: str, processes: int = 1) -> None:
+        self.name = name
+        self.count = processes
+        self.processes: list[Process] = []
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"cosigner-bench-{name}-"))
+
+    def prepare(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        # One at a time: the first cosigner process creates the signing key the second reads.
+        for process in self.processes:
+            process.start(self.health)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.stop()
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    @property
+    def urls(self) -> list[str]:
+        return [p.url for p in self.processes]
+
+    def rss_mb(self) -> float:
+        return sum(p.rss_mb() for p in self.processes)
+
+    def cpu_s(self) -> float:
+        return sum(p.cpu_s() for p in self.processes)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+
+class FloorDeployment(Deployment):
+    """``bench/floor_app.py`` in our venv, served like ``cosigner serve``."""
+
+    def prepare(self) -> None:
+        cmd = [sys.executable, str(BENCH / "serve_asgi.py"), "bench.floor_app:app"]
+        self.processes = [Process(cmd, dict(os.environ), ROOT, self.workdir / f"floor{i}.log")
+                          for i in range(self.count)]
+
+
+class PeerDeployment(Deployment):
+    """The Agent Governance Toolkit's ``agentmesh`` policy-server, from its own venv."""
+
+    def prepare(self) -> None:
+        python = ensure_peer_venv()
+        env = dict(os.environ, AGENTMESH_POLICY_DIR=str(BENCH / "peer"),
+                   PYTHONWARNINGS="ignore::DeprecationWarning")
+        cmd = [str(python), str(BENCH / "serve_asgi.py"),
+               "agentmesh.server.policy_server:app"]
+        self.processes = [Process(cmd, env, self.workdir, self.workdir / "peer.log")]
+
+
+class CosignerDeployment(Deployment):
+    """``cosigner serve`` on a fresh SQLite file or a fresh PostgreSQL database."""
+
+    health = "/healthz"
+
+    def __init__(self, name: str, *, tenant: str, database: str = "sqlite",
+                 processes: int = 1) -> None:
+        super().__init__(name, processes)
+        self.tenant = tenant
+        self.database = database
+        self.pg_name: str | None = None
+        self.key = ""
+
+    def prepare(self) -> None:
+        if self.database == "postgres":
+            ensure_postgres()
+            self.pg_name = f"cosigner_bench_{os.getpid()}_{self.name.replace('-', '_')}"
+            pg_admin(f'DROP DATABASE IF EXISTS "{self.pg_name}" WITH (FORCE)')
+            pg_admin(f'CREATE DATABASE "{self.pg_name}"')
+            url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{self.pg_name}"
+        else:
+            url = f"sqlite+aiosqlite:///{self.workdir / 'cosigner.db'}"
+        env = dict(os.environ)
+        env.update({
+            "COSIGNER_DATABASE_URL": url,
+            "COSIGNER_KEY_DIR": str(self.workdir / "keys"),
+            "COSIGNER_LOG_LEVEL": "warning",
+            "COSIGNER_BUNDLE_DIRS": json.dumps([str(ROOT / "policies"), str(ROOT / "rego")]),
+            # Permits are minted a few seconds before the redeem cell; a day is plenty.
+            "COSIGNER_PERMIT_TTL_S": "86400",
+        })
+        cli = [sys.executable, "-m", "server.cli"]
+        run(cli + ["migrate"], env)
+        self.key = run(cli + ["principals", "add-key", "--tenant", self.tenant,
+                              "--role", "runtime", "--subject", "bench-runtime"],
+                       env).strip().splitlines()[-1]
+        self.processes = [Process(cli + ["serve", "--no-migrate"], env, ROOT,
+                                  self.workdir / f"cosigner{i}.log")
+                          for i in range(self.count)]
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        if self.pg_name:
+            try:
+                pg_admin(f'DROP DATABASE IF EXISTS "{self.pg_name}" WITH (FORCE)')
+            except SetupError as exc:
+                print(f"warning: {exc}", file=sys.stderr)
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SetupError(f"{' '.join(cmd[:4])}... failed: {done.stderr[-1500:]}")
+    return done.stdout
+
+
+def pg_admin(sql: str) -> None:
+    if shutil.which("psql") is None:
+        raise SetupError("psql not found")
+    run(["psql", PG_ADMIN, "-v", "ON_ERROR_STOP=1", "-qc", sql])
+
+
+def ensure_postgres() -> None:
+    """PostgreSQL at 127.0.0.1:5432 (scripts/ensure-postgres.sh installs/starts it)."""
+    ready = shutil.which("pg_isready") and subprocess.run(
+        ["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"]).returncode == 0
+    if not ready:
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "ensure-postgres.sh")])
+        if done.returncode != 0:
+            raise SetupError("PostgreSQL is not available at 127.0.0.1:5432")
+
+
+def ensure_wrk() -> str:
+    """Path of ``wrk``, installing Debian's package when missing (as root)."""
+    found = shutil.which("wrk")
+    if found:
+        return found
+    print("installing wrk (Debian package)", file=sys.stderr)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], env=env, check=False)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], env=env, check=False,
+                   stdout=subprocess.DEVNULL)
+    found = shutil.which("wrk")
+    if not found:
+        sys.exit("wrk is not installed and `apt-get install wrk` failed")
+    return found
+
+
+def _our_version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def ensure_peer_venv() -> Path:
+    """``bench/.venv-peer`` with ``agent-governance-toolkit-core[api]``, kept apart from
+    our venv. uvloop/httptools are pinned to our versions so both servers run on the
+    same event loop and HTTP parser."""
+    python = PEER_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import agentmesh.server.policy_server, uvicorn"]
+    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python
+    print("installing the peer into bench/.venv-peer (agent-governance-toolkit-core[api])",
+          file=sys.stderr)
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+    extras = [f"{d}=={v}" for d in ("uvicorn", "uvloop", "httptools")
+              if (v := _our_version(d))]
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q",
+                           "agent-governance-toolkit-core[api]", *extras])
+    if done.returncode != 0 or subprocess.run(probe, capture_output=True).returncode != 0:
+        raise SetupError("could not install agent-governance-toolkit-core[api] "
+                         "into bench/.venv-peer")
+    return python
+
+
+def post_json(url: str, body: dict[str, Any], key: str | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(url, json=body, headers=headers, timeout=10)
