@@ -56,13 +56,18 @@ class WebhookWorker:
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="webhook-worker")
 
-    async def stop(self) -> None:
+    async def stop_loop(self) -> None:
+        """Stop polling (in-flight attempt included); :meth:`run_once` still works."""
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
+            self._task = None
+
+    async def stop(self) -> None:
+        await self.stop_loop()
         await self._client.aclose()
 
     async def _loop(self) -> None:
@@ -88,6 +93,8 @@ class WebhookWorker:
             webhook_deliveries.c.next_attempt_at <= now) & or_(
             webhook_deliveries.c.claimed_until.is_(None),
             webhook_deliveries.c.claimed_until <= now)
+        if "*" not in self._settings.webhooks:  # only tenants this process can sign for
+            due = due & webhook_deliveries.c.tenant.in_(sorted(self._settings.webhooks))
         async with self._db.read() as conn:
             ids = (await conn.execute(select(webhook_deliveries.c.id).where(due)
                                       .order_by(webhook_deliveries.c.next_attempt_at)

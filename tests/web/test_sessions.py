@@ -11,15 +11,14 @@ from sqlalchemy import select
 
 from server import accounts
 from server.clock import FrozenClock
-from server.db.tables import api_keys
+from server.db.tables import api_keys, principals
 from server.db.tables_web import web_sessions
 from server.web import csrf, sessions
-from tests.web.conftest import PASSWORD, add_user, csrf_of, sign_in
+from tests.web.conftest import PASSWORD, add_user, csrf_of, sign_in, web_client
 
 
 def _client(h: Any) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=h.app),
-                             base_url="http://cosigner.test")
+    return web_client(h)
 
 
 async def test_sign_in_sets_strict_httponly_cookie_and_opens_inbox(harness: Any,
@@ -39,8 +38,7 @@ async def test_sign_in_sets_strict_httponly_cookie_and_opens_inbox(harness: Any,
 async def test_session_cookie_is_secure_over_https(harness_factory: Any, tenant: str) -> None:
     h = await harness_factory(public_url="https://cosigner.example")
     await add_user(h.db, tenant, "alice", "finance")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=h.app),
-                                 base_url="https://cosigner.example") as client:
+    async with web_client(h, "https://cosigner.example") as client:
         response = await sign_in(client, tenant, "alice")
         cookie = next(v for k, v in response.headers.multi_items()
                       if k == "set-cookie" and v.startswith(sessions.COOKIE + "="))
@@ -53,7 +51,8 @@ async def test_only_the_hash_of_the_session_id_is_stored(harness: Any, tenant: s
         await sign_in(client, tenant, "alice")
         raw = client.cookies[sessions.COOKIE]
     async with harness.db.read() as conn:
-        stored = (await conn.execute(select(web_sessions.c.id_hash))).scalars().all()
+        stored = (await conn.execute(select(web_sessions.c.id_hash).where(
+            web_sessions.c.tenant == tenant))).scalars().all()
     assert raw not in stored and len(stored) == 1 and len(stored[0]) == 64
 
 
@@ -144,7 +143,9 @@ async def test_disable_ends_sessions_and_revokes_api_keys(harness: Any, tenant: 
         again = await sign_in(client, tenant, "alice")
         assert again.status_code == 401
     async with harness.db.read() as conn:
-        revoked = (await conn.execute(select(api_keys.c.revoked_at))).scalars().all()
+        revoked = (await conn.execute(
+            select(api_keys.c.revoked_at).join(principals).where(
+                principals.c.tenant == tenant))).scalars().all()
     assert revoked and all(r is not None for r in revoked)
 
 
