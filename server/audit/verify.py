@@ -176,6 +176,13 @@ def _classify_gap(expected: int, rest: Iterator[tuple[int, dict[str, Any]]]) -> 
     return "deleted"
 
 
+def _next_event_seq(rest: Iterator[tuple[int, dict[str, Any]]]) -> int | None:
+    for _, record in islice(rest, LOOKAHEAD):
+        if record.get("kind") == "event":
+            return _event_seq(record)
+    return None
+
+
 def _check_chain(lines: Iterable[str], header: dict[str, Any], signed: dict[int, str]
                  ) -> tuple[int, int | None, int | None]:
     anchor = header.get("anchor") or {}
@@ -199,13 +206,18 @@ def _check_chain(lines: Iterable[str], header: dict[str, Any], signed: dict[int,
                          f"(line {number})")
         if seq < expected:
             raise _Fault(seq, "inserted", f"seq {seq} appears again on line {number}")
+        problem = None
         if hash_bytes(canonicalize(body)) != digest:
-            raise _Fault(seq, "edited", f"event {seq}'s content does not match its hash")
-        if body.get("prev_hash") != prev:
-            raise _Fault(seq - 1 if seq - 1 > anchor_seq else seq, "edited",
-                         f"event {seq} does not link to the event before it")
-        if seq in signed and signed[seq] != digest:
-            raise _Fault(seq, "edited", f"event {seq} differs from its signed checkpoint")
+            problem = _Fault(seq, "edited", f"event {seq}'s content does not match its hash")
+        elif body.get("prev_hash") != prev:
+            problem = _Fault(seq - 1 if seq - 1 > anchor_seq else seq, "edited",
+                             f"event {seq} does not link to the event before it")
+        elif seq in signed and signed[seq] != digest:
+            problem = _Fault(seq, "edited", f"event {seq} differs from its signed checkpoint")
+        if problem is not None:
+            if _next_event_seq(records) == seq:  # the real event follows a forged one
+                raise _Fault(seq, "inserted", f"a second event claims seq {seq}")
+            raise problem
         if body.get("tenant") != header.get("tenant"):
             raise _Fault(seq, "inserted", f"event {seq} belongs to another tenant")
         prev, expected, count, last = digest, expected + 1, count + 1, seq

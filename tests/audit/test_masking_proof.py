@@ -99,9 +99,29 @@ async def test_masked_values_never_reach_the_log_api_or_export(harness_factory: 
     assert_clean("the CSV export", csv_text)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 4 stores the unmasked policy input in "
-                   "call_inputs.input (and approval_requests.args) for redeem-time "
-                   "re-evaluation; remove this mark once those are masked")
+AUDIT_TABLES = {"audit_events", "audit_heads", "audit_checkpoints"}
+
+
+async def tables_holding(h: Any, needle: str) -> set[str]:
+    """Names of the tables where some row's text contains ``needle``."""
+    import importlib
+    import pkgutil
+
+    import server.db
+    from server.db.tables import metadata
+
+    for info in pkgutil.iter_modules(server.db.__path__):
+        if info.name.startswith("tables_"):
+            importlib.import_module(f"server.db.{info.name}")
+    found = set()
+    async with h.db.read() as conn:
+        for table in metadata.sorted_tables:
+            rows = (await conn.execute(select(table))).all()
+            if any(needle in str(tuple(row)) for row in rows):
+                found.add(table.name)
+    return found
+
+
 async def test_masked_values_never_reach_the_sqlite_file(harness_factory: Any, tmp_path: Path,
                                                          tenant: str, db_kind: str) -> None:
     if db_kind != "sqlite":
@@ -110,5 +130,13 @@ async def test_masked_values_never_reach_the_sqlite_file(harness_factory: Any, t
     db_path = Path(h.settings.database_url.split(":///", 1)[1])
     raw = b"".join(p.read_bytes() for p in db_path.parent.glob(db_path.name + "*"))
     assert b"SQLite format 3" in raw
-    for name, secret in SECRETS.items():
-        assert secret.split()[-1].encode() not in raw, f"{name} secret in the DB file"
+    leaks = {name: secret.split()[-1] for name, secret in SECRETS.items()
+             if secret.split()[-1].encode() in raw}
+    if not leaks:
+        return
+    holders = set().union(*[await tables_holding(h, s) for s in leaks.values()])
+    assert not holders & AUDIT_TABLES, f"the decision log holds masked values: {leaks}"
+    # Outside the decision log: another area keeps the raw input (e.g. for redeem-time
+    # re-evaluation). Reported, not hidden, until that area masks what it stores.
+    pytest.xfail(f"unmasked values stored outside the decision log in {sorted(holders)}: "
+                 f"{sorted(leaks)}")

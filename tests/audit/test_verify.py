@@ -55,14 +55,16 @@ def test_edited_event_is_caught(export: Export) -> None:
     assert (report.ok, report.fault, report.bad_seq) == (False, "edited", 4)
 
 
-def test_edited_event_with_recomputed_hash_is_caught(export: Export) -> None:
+@pytest.mark.parametrize("where", ["plain", "checkpointed"])
+def test_edited_event_with_recomputed_hash_is_caught(export: Export, where: str) -> None:
     lines, keys = export
-    at = event_index(lines, 5)
+    seq = 5 if where == "plain" else checkpointed_seq(lines)
+    at = event_index(lines, seq)
     body = records(lines)[at]["body"]
     body["payload"]["reasons"] = [{"code": "forged", "message": ""}]
     lines[at] = event_line(body)
     report = check(lines, keys)
-    assert (report.fault, report.bad_seq) == ("edited", 5)
+    assert (report.fault, report.bad_seq) == ("edited", seq)
 
 
 def test_deleted_event_is_caught(export: Export) -> None:
@@ -72,14 +74,20 @@ def test_deleted_event_is_caught(export: Export) -> None:
     assert (report.fault, report.bad_seq) == ("deleted", 3)
 
 
-def test_inserted_event_is_caught(export: Export) -> None:
+def checkpointed_seq(lines: list[str]) -> int:
+    return int(next(r["seq"] for r in records(lines)[1:] if r["kind"] == "checkpoint"))
+
+
+@pytest.mark.parametrize("where", ["plain", "checkpointed"])
+def test_inserted_event_is_caught(export: Export, where: str) -> None:
     lines, keys = export
-    at = event_index(lines, 6)
+    seq = 6 if where == "plain" else checkpointed_seq(lines)
+    at = event_index(lines, seq)
     forged = records(lines)[at]["body"]
     forged["effect"] = "allow"
     lines.insert(at, event_line(forged))  # a well-formed event claiming seq 6
     report = check(lines, keys)
-    assert (report.fault, report.bad_seq) == ("inserted", 6)
+    assert (report.fault, report.bad_seq) == ("inserted", seq)
 
 
 def test_reordered_events_are_caught(export: Export) -> None:
