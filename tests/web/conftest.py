@@ -68,7 +68,7 @@ def review_bundle(folder: Any, tenant: str, *, timeout_ms: int = 1_800_000) -> A
     """A Python-rule bundle for ``tenant`` only: every ``send_message`` call needs one
     finance approval within ``timeout_ms``; ``/card_number`` is masked. Free-text
     arguments (no catalogue) let tests send markup. Returns the folder holding it."""
-    bundle = folder / "bundles" / "review-all"
+    bundle = folder / "bundles" / f"review-all-{tenant}"
     bundle.mkdir(parents=True, exist_ok=True)
     (bundle / "manifest.toml").write_text(
         f'id = "review-all-{tenant}"\nversion = "1.0.0"\nengine = "python"\n'
