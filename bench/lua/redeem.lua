@@ -18,6 +18,7 @@ function init(args)
     if line_no % nthreads == tid - 1 then tokens[#tokens + 1] = line end
     line_no = line_no + 1
   end
+  if #tokens == 0 then error("thread " .. tid .. " got no permits from " .. args[1]) end
   bench_check_hook('"status"%s*:%s*"([%a_]+)"')
 end
 
