@@ -153,3 +153,14 @@ def test_unsigned_anchor_is_caught(export: Export) -> None:
         and not ('"kind":"checkpoint"' in line and json.loads(line)["seq"] <= 3)]
     report = check(kept, keys)
     assert (report.fault, report.bad_seq) == ("bad_anchor", 4)
+
+
+def test_reformatted_lines_are_checked_by_canonical_form(export: Export) -> None:
+    lines, keys = export
+    at = event_index(lines, 3)
+    record = records(lines)[at]
+    lines[at] = json.dumps(record, indent=None, separators=(", ", ": ")) + "\n"
+    assert check(lines, keys).ok  # same JSON, other spelling: still the same event
+    record["body"]["effect"] = "forged"
+    lines[at] = json.dumps(record, separators=(", ", ": ")) + "\n"
+    assert (check(lines, keys).fault, check(lines, keys).bad_seq) == ("edited", 3)
