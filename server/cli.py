@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from server import accounts_cli, cli_audit, policy_cli
+from server import accounts_cli, cli_audit, demo, policy_cli
 from server.clock import system_clock
 from server.settings import Settings, get_settings
 
@@ -135,6 +135,7 @@ COMMANDS: dict[str, Command] = {
     "audit verify": (cli_audit.verify_args, cli_audit.verify_cmd),
     "audit prune": (cli_audit.prune_args, cli_audit.prune_cmd),
     "audit checkpoint": (cli_audit.checkpoint_args, cli_audit.checkpoint_cmd),
+    "demo": (demo.demo_args, demo.demo_cmd),
 }
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +17,7 @@ from server.clock import system_clock
 from server.db.database import Database
 from server.principals import create_api_key
 from tests.client.netfaults import FaultProxy
+from tests.conftest import ROOT, LiveServer, free_port
 
 ACTORS = {"principal": {"id": "customer-42", "type": "customer"},
           "initiator": {"id": "agent-support", "type": "agent"}}
@@ -62,9 +65,33 @@ def live_factory(live_server_factory: Callable[..., Any], database_url: str,
     return make
 
 
+@pytest.fixture(scope="module")
+def shared_server(db_kind: str, pg_url: str | None, sqlite_template: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """One ``cosigner serve`` per test module (starting one costs seconds); tests stay
+    apart by tenant. Yields ``(url, database_url)``."""
+    tmp = tmp_path_factory.mktemp("client-live")
+    if db_kind == "postgres":
+        assert pg_url is not None
+        database_url = pg_url
+    else:
+        shutil.copy(sqlite_template, tmp / "cosigner.db")
+        database_url = f"sqlite+aiosqlite:///{tmp / 'cosigner.db'}"
+    env = {**os.environ, "COSIGNER_DATABASE_URL": database_url,
+           "COSIGNER_KEY_DIR": str(tmp / "keys"),
+           "COSIGNER_BUNDLE_DIRS": f'["{ROOT / "policies"}", "{ROOT / "rego"}"]',
+           "COSIGNER_LOG_LEVEL": "warning"}
+    server = LiveServer(env, free_port())
+    server.start()
+    yield server.url, database_url
+    server.stop()
+
+
 @pytest.fixture
-def live(live_factory: Callable[..., Live]) -> Live:
-    return live_factory()
+def live(shared_server: tuple[str, str], tenant: str) -> Live:
+    """The module's live server with keys for this test's own tenant."""
+    url, database_url = shared_server
+    return Live(url=url, tenant=tenant, **make_keys(database_url, tenant))
 
 
 @pytest.fixture
