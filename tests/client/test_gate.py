@@ -317,3 +317,27 @@ def test_server_error_mid_poll_keeps_waiting_and_never_runs(live: Live,
     with gate(proxy.url, live.runtime) as g:
         result = g.call("issue_refund", REFUND, tool, approval_timeout=1.0)
     assert result.status == "approval_timeout" and tool.calls == []
+
+
+def test_offline_permit_verification_with_jwks(live: Live) -> None:
+    from cosigner_client import GateError
+    from cosigner_client.jwks import PermitVerifier
+
+    with gate(live.url, live.runtime) as g:
+        decision = g.decide("get_order", ORDER)
+    assert decision.permit is not None
+    verifier = PermitVerifier(httpx.get(f"{live.url}/.well-known/jwks.json").json())
+    claims = verifier.verify(decision.permit.token, tool="get_order", args=ORDER,
+                             tenant=live.tenant)
+    assert claims["jti"] == decision.permit.jti
+    for kwargs, code in [({"tool": "get_order", "args": {"order_id": "ord_1"}}, "args_mismatch"),
+                         ({"tool": "issue_refund", "args": ORDER}, "tool_mismatch"),
+                         ({"tool": "get_order", "args": ORDER, "now": claims["exp"]},
+                          "expired")]:
+        with pytest.raises(GateError) as info:
+            verifier.verify(decision.permit.token, **kwargs)
+        assert info.value.code == code
+    head, payload, sig = decision.permit.token.split(".")
+    with pytest.raises(GateError) as info:
+        verifier.verify(f"{head}.{payload}.{sig[:-4]}AAAA", tool="get_order", args=ORDER)
+    assert info.value.code == "bad_signature"
