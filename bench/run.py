@@ -47,6 +47,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="folder for the raw JSON and the Markdown table")
     args = parser.parse_args(argv)
     args.load_start = os.getloadavg()[0]
+    args.revision = table.git_revision()
     if args.quick:
         args.duration, args.rounds, args.check_seconds = 2.0, 1, 1.0
     return args

@@ -67,7 +67,8 @@ def rows(systems: list[System], results: dict[str, dict[int, Cells]],
     return out
 
 
-def _git() -> str:
+def git_revision() -> str:
+    """HEAD and whether server/, policies/ or rego/ differ from it (call at the start)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip()
@@ -97,7 +98,7 @@ def _peer_version() -> str:
 def render(rows: list[dict[str, Any]], systems: list[System], started: dt.datetime,
            args: argparse.Namespace) -> str:
     lines = [
-        f"Measured {started:%Y-%m-%d %H:%M} UTC on {_cpu()}; Cosigner at {_git()}; "
+        f"Measured {started:%Y-%m-%d %H:%M} UTC on {_cpu()}; Cosigner at {args.revision}; "
         f"agent-governance-toolkit-core {_peer_version()}.",
         "Load average (1 min) at start / end: "
         f"{args.load_start:.2f} / {os.getloadavg()[0]:.2f} (2 cores; anything else running "
