@@ -74,7 +74,8 @@ async def login(request: Request, tenant: Annotated[str, Form(max_length=128)] =
     old = request.cookies.get(sessions.COOKIE)
     if old:
         await sessions.end(deps.db, old)
-    raw = await sessions.create(deps.db, caller, now=deps.clock())
+    raw = await sessions.create(deps.db, caller, now=deps.clock(),
+                                idle_timeout_s=deps.settings.session_idle_timeout_s)
     response = RedirectResponse(next_, status_code=303)
     _set_cookie(response, request, sessions.COOKIE, raw)
     response.delete_cookie(sessions.PRE_COOKIE, path="/ui")

@@ -39,10 +39,19 @@ def _aware(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-async def create(db: Database, caller: Caller, *, now: datetime) -> str:
-    """Start a session for ``caller``; returns the raw id for the cookie."""
+async def create(db: Database, caller: Caller, *, now: datetime,
+                 idle_timeout_s: int | None = None) -> str:
+    """Start a session for ``caller``; returns the raw id for the cookie.
+
+    With ``idle_timeout_s``, the caller's sessions idle longer than that are deleted too
+    (sessions nobody comes back to would otherwise stay in the table).
+    """
     raw = new_id()
     async with db.transaction() as conn:
+        if idle_timeout_s is not None:
+            await conn.execute(delete(web_sessions).where(
+                web_sessions.c.principal_id == caller.principal_id,
+                web_sessions.c.last_seen_at < now - timedelta(seconds=idle_timeout_s)))
         await conn.execute(web_sessions.insert().values(
             id_hash=_hash(raw), principal_id=caller.principal_id, tenant=caller.tenant,
             created_at=now, last_seen_at=now))

@@ -224,3 +224,18 @@ async def test_throttle_lifts_after_lockout(harness_factory: Any, tenant: str) -
 async def test_short_password_is_refused(harness: Any, tenant: str) -> None:
     with pytest.raises(accounts.InvalidRequest):
         await add_user(harness.db, tenant, "alice", "finance", password="short")
+
+
+async def test_sessions_nobody_came_back_to_are_deleted_at_the_next_sign_in(
+        harness_factory: Any, tenant: str) -> None:
+    clock = FrozenClock(datetime(2030, 1, 1, tzinfo=UTC))
+    h = await harness_factory(clock=clock, session_idle_timeout_s=600)
+    await add_user(h.db, tenant, "alice", "finance", clock=clock)
+    for _ in range(3):
+        async with _client(h) as client:  # a new browser each time, never signing out
+            await sign_in(client, tenant, "alice")
+        clock.advance(seconds=601)
+    async with h.db.read() as conn:
+        rows = (await conn.execute(select(web_sessions.c.id_hash).where(
+            web_sessions.c.tenant == tenant))).all()
+    assert len(rows) == 1
