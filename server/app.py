@@ -16,13 +16,16 @@ from typing import Any
 from fastapi import FastAPI
 
 from server import web
+from server.api import approvals as approvals_routes
 from server.api import audit as audit_routes
 from server.api import decisions as decisions_routes
 from server.api import health as health_routes
+from server.api import permits as permits_routes
 from server.api import policies as policies_routes
 from server.api import problems
 from server.api import runs as runs_routes
 from server.api.models import ProblemV1
+from server.approval_runtime import ApprovalRuntime
 from server.audit.runtime import AuditRuntime
 from server.clock import Clock, system_clock
 from server.db.database import Database
@@ -72,9 +75,13 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         audit = AuditRuntime(services.deps)
         services.extras["audit"] = audit
         await audit.start()
+        approvals_runtime = ApprovalRuntime(services.deps)
+        services.extras["approvals"] = approvals_runtime
+        await approvals_runtime.start()
         try:
             yield
         finally:
+            await approvals_runtime.stop()
             await audit.stop()
             if webhook_worker is not None:
                 await webhook_worker.stop()
@@ -90,6 +97,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     problems.install(app)
     app.include_router(health_routes.router)
     app.include_router(decisions_routes.router)
+    app.include_router(approvals_routes.router)
+    app.include_router(permits_routes.router)
     app.include_router(policies_routes.router)
     app.include_router(runs_routes.router)
     app.include_router(audit_routes.router)
@@ -113,6 +122,7 @@ def _start_webhook_worker(services: Services, settings: Settings, clock: Clock) 
 def _register_schemas(app: FastAPI) -> None:
     """Add the models of self-parsed bodies and problem documents to the OpenAPI schema."""
     from server.api.models import DecisionRequestV1
+    from server.api.models_approvals import RedeemRequestV1, ReviewAskV1, ReviewRequestV1
     from server.api.models_runs import OutcomeReportV1, RunContractV1
 
     original = app.openapi
@@ -122,7 +132,8 @@ def _register_schemas(app: FastAPI) -> None:
             return app.openapi_schema
         schema = original()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (DecisionRequestV1, ProblemV1, RunContractV1, OutcomeReportV1):
+        for model in (DecisionRequestV1, ProblemV1, RunContractV1, OutcomeReportV1,
+                      ReviewAskV1, ReviewRequestV1, RedeemRequestV1):
             model_schema = model.model_json_schema(
                 ref_template="#/components/schemas/{model}")
             for name, sub in model_schema.pop("$defs", {}).items():

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from server import contracts, permit_ledger
+from server import approvals, contracts, permit_ledger
 from server.audit.chain import Event, append
 from server.canonical import args_hash as compute_args_hash
 from server.canonical import canonicalize, hash_bytes
@@ -164,7 +164,12 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
                 count=result.effect != "deny")
             if refused is not None:
                 response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
-            events = [_decision_event(caller, req, response, evaluation, mask)]
+            # Stores the input for redeem-time re-evaluation; opens/joins the approval.
+            gate_events = await approvals.record_gate(
+                conn, deps.settings, caller, response=response, requirement=result.approval,
+                input_doc=input_document(caller, req, now=isoformat(now), run_state=(
+                    run_state.as_input() if run_state else None)), mask=mask, now=now)
+            events = [_decision_event(caller, req, response, evaluation, mask), *gate_events]
             if response["effect"] == "allow":
                 ttl = min(result.permit_ttl_s or deps.settings.permit_ttl_s,
                           deps.settings.max_permit_ttl_s)

@@ -35,12 +35,26 @@ STATUS_BY_ERROR: tuple[tuple[type[errors.CosignerError], int], ...] = (
     (errors.CosignerError, 500),
 )
 _STATUS_BY_CODE = {"invalid_json": 400, "payload_too_large": 413}
+#: Refusals that are about *who* asks or *what* is presented are 403; refusals about the
+#: current state (already redeemed, revoked, expired, policy changed, terminal request,
+#: duplicate review) stay 409 (the class default above).
+_FORBIDDEN_CODES = {
+    # permits: signature, token shape and binding faults
+    "bad_signature", "malformed_permit", "unknown_kid", "wrong_token_type",
+    "wrong_audience", "tenant_mismatch", "tool_mismatch", "args_mismatch", "unknown_permit",
+    "invalid_args",
+    # reviews: separation of duties
+    "not_eligible", "self_approval", "previous_approver",
+}
 
 
 def status_for(exc: errors.CosignerError) -> int:
     """HTTP status of a domain error (codes may refine the class mapping)."""
     if exc.code in _STATUS_BY_CODE:
         return _STATUS_BY_CODE[exc.code]
+    if exc.code in _FORBIDDEN_CODES and isinstance(exc, (errors.PermitRefused,
+                                                         errors.ReviewRefused)):
+        return 403
     for cls, status in STATUS_BY_ERROR:
         if isinstance(exc, cls):
             return status
