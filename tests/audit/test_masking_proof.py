@@ -99,9 +99,6 @@ async def test_masked_values_never_reach_the_log_api_or_export(harness_factory: 
     assert_clean("the CSV export", csv_text)
 
 
-AUDIT_TABLES = {"audit_events", "audit_heads", "audit_checkpoints"}
-
-
 async def tables_holding(h: Any, needle: str) -> set[str]:
     """Names of the tables where some row's text contains ``needle``."""
     import importlib
@@ -132,11 +129,7 @@ async def test_masked_values_never_reach_the_sqlite_file(harness_factory: Any, t
     assert b"SQLite format 3" in raw
     leaks = {name: secret.split()[-1] for name, secret in SECRETS.items()
              if secret.split()[-1].encode() in raw}
-    if not leaks:
-        return
-    holders = set().union(*[await tables_holding(h, s) for s in leaks.values()])
-    assert not holders & AUDIT_TABLES, f"the decision log holds masked values: {leaks}"
-    # Outside the decision log: another area keeps the raw input (e.g. for redeem-time
-    # re-evaluation). Reported, not hidden, until that area masks what it stores.
-    pytest.xfail(f"unmasked values stored outside the decision log in {sorted(holders)}: "
-                 f"{sorted(leaks)}")
+    if leaks:  # name the tables that hold them, to say whose storage leaks
+        holders = set().union(*[await tables_holding(h, s) for s in leaks.values()])
+        raise AssertionError(f"masked values {sorted(leaks)} are in the SQLite file "
+                             f"(tables {sorted(holders)})")
