@@ -11,6 +11,7 @@ import hmac
 from datetime import datetime
 from typing import Any
 
+from server import approval_queries, approvals
 from server.decisions import Deps
 from server.errors import CosignerError, Forbidden, InvalidRequest, NotFound, ReviewRefused
 from server.principals import Caller
@@ -68,8 +69,6 @@ def _parse(text: str) -> datetime:
 
 async def inbox_items(deps: Deps, caller: Caller) -> list[dict[str, Any]]:
     """Pending requests ``caller`` may review now, soonest expiry first."""
-    from server import approval_queries  # late: keeps this module importable alone
-
     states = await approval_queries.list_requests(deps, caller, status="pending")
     now = deps.clock()
     return sorted((_item(s, now) for s in states), key=lambda i: i["expires_at"])
@@ -78,8 +77,6 @@ async def inbox_items(deps: Deps, caller: Caller) -> list[dict[str, Any]]:
 async def history_items(deps: Deps, caller: Caller, *, limit: int = 100
                         ) -> list[dict[str, Any]]:
     """Decided requests the caller may read, most recently decided first."""
-    from server import approval_queries
-
     now = deps.clock()
     items: list[dict[str, Any]] = []
     for status in ("approved", "rejected", "expired", "cancelled"):
@@ -95,8 +92,6 @@ async def detail(deps: Deps, caller: Caller, approval_id: str) -> dict[str, Any]
     Raises:
         NotFound: no such request in the caller's tenant. Forbidden: not the caller's to read.
     """
-    from server import approval_queries
-
     state = await approval_queries.get_state(deps, caller, approval_id)
     now = deps.clock()
     policy = state.get("policy") or {}
@@ -136,8 +131,6 @@ async def review(deps: Deps, caller: Caller, approval_id: str, *, decision: str,
     Raises:
         ReviewRefused ``args_changed``; anything :func:`server.approvals.review` raises.
     """
-    from server import approval_queries, approvals
-
     state = await approval_queries.get_state(deps, caller, approval_id)
     if not hmac.compare_digest(shown_args_hash.encode(), str(state["args_hash"]).encode()):
         raise ReviewRefused("the page showed other arguments", code="args_changed")
