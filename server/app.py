@@ -24,6 +24,7 @@ from server.api import permits as permits_routes
 from server.api import policies as policies_routes
 from server.api import problems
 from server.api import runs as runs_routes
+from server.api import tools as tools_routes
 from server.api.models import ProblemV1
 from server.approval_runtime import ApprovalRuntime
 from server.audit.runtime import AuditRuntime
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(permits_routes.router)
     app.include_router(policies_routes.router)
     app.include_router(runs_routes.router)
+    app.include_router(tools_routes.router)
     app.include_router(audit_routes.router)
     web.install(app)
     _register_schemas(app)

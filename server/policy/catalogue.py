@@ -121,6 +121,24 @@ class ToolCatalogue:
         return self.tools.get(name)
 
 
+def describe_tools(bundle: Any) -> dict[str, Any]:
+    """What a runtime may learn of its tenant's active bundle (``GET /v1/tools``).
+
+    ``{"policy": {id, version, revision} | None, "tools": [{name, side_effect}] | None}``:
+    ``policy`` is ``None`` when no bundle serves the tenant (every call is denied);
+    ``tools`` is ``None`` when the bundle has no catalogue (any name may be evaluated).
+    A tool missing from a non-null list is denied ``unknown_tool`` whatever its arguments.
+    Schemas and masks are not disclosed.
+    """
+    if bundle is None:
+        return {"policy": None, "tools": None}
+    catalogue = bundle.catalogue
+    tools = None if catalogue is None else [
+        {"name": spec.name, "side_effect": spec.side_effect}
+        for spec in sorted(catalogue.tools.values(), key=lambda s: s.name)]
+    return {"policy": bundle.ref(), "tools": tools}
+
+
 def _fail(where: str, message: str) -> PolicyError:
     return PolicyError(f"{where}: {message}", code="policy_load_failed")
 
