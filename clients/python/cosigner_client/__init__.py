@@ -21,6 +21,7 @@ from cosigner_client.gate import AsyncGate, Gate
 from cosigner_client.models import (
     Approval,
     CallResult,
+    Catalogue,
     Decision,
     OutcomeReport,
     Permit,
@@ -30,7 +31,7 @@ from cosigner_client.models import (
 )
 
 __all__ = [
-    "Approval", "AsyncGate", "CallRefused", "CallResult", "Decision", "Gate", "GateError",
+    "Approval", "AsyncGate", "CallRefused", "CallResult", "Catalogue", "Decision", "Gate", "GateError",
     "GateUnavailable", "InvalidArguments", "OutcomeReport", "Permit", "Reason", "Redemption",
     "Run", "ServerRefused", "ToolCall", "args_hash", "canonicalize", "from_anthropic",
     "from_openai", "parse_json",

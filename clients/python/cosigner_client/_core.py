@@ -43,6 +43,7 @@ from cosigner_client.errors import (
 from cosigner_client.models import (
     Approval,
     CallResult,
+    Catalogue,
     CallStatus,
     Decision,
     Outcome,
@@ -389,6 +390,17 @@ class Protocol:
         return OutcomeReport(ok=ok, decision_id=decision_id, outcome=outcome,
                              side_effect=side_effect, cost_minor=cost_minor,
                              error=None if ok else error_of(result))
+
+    # ------------------------------------------------------------------ catalogue
+
+    def tools(self) -> Steps[Catalogue]:
+        """The tenant's tool catalogue; raises :class:`GateError` when it cannot be read."""
+        result = yield from self.exchange("GET", "/v1/tools",
+                                          deadline=self._clock() + self.config.timeout,
+                                          retries=self.config.retries)
+        if isinstance(result, Reply) and result.status == 200 and isinstance(result.data, dict):
+            return Catalogue.parse(result.data)
+        raise error_of(result)
 
     # ------------------------------------------------------------------ run contract
 

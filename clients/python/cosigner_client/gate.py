@@ -32,6 +32,7 @@ from cosigner_client._core import (
 from cosigner_client.models import (
     Approval,
     CallResult,
+    Catalogue,
     Decision,
     Outcome,
     OutcomeReport,
@@ -231,6 +232,11 @@ class Gate(_Base):
         return self._drive(self._p.report_outcome(decision, outcome, side_effect,
                                                   cost_minor=cost_minor))
 
+    def tools(self) -> Catalogue:
+        """The tenant's tool catalogue (``GET /v1/tools``): which tool names are denied
+        outright. Raises :class:`GateError` when it cannot be read."""
+        return self._drive(self._p.tools())
+
     def start_run(self, run_id: str | None = None, *,
                   allowed_tools: Collection[str] | None = None,
                   tool_limits: Mapping[str, int] | None = None,
@@ -336,6 +342,10 @@ class AsyncGate(_Base):
         """See :meth:`Gate.report_outcome`."""
         return await self._drive(self._p.report_outcome(decision, outcome, side_effect,
                                                         cost_minor=cost_minor))
+
+    async def tools(self) -> Catalogue:
+        """See :meth:`Gate.tools`."""
+        return await self._drive(self._p.tools())
 
     async def start_run(self, run_id: str | None = None, *,
                         allowed_tools: Collection[str] | None = None,

@@ -215,3 +215,28 @@ class Run:
         return cls(run_id=data["run_id"], contract=data["contract"],
                    tool_calls=data.get("tool_calls", 0), cost_minor=data.get("cost_minor", 0),
                    tool_counts=data.get("tool_counts") or {})
+
+
+@dataclass(frozen=True, slots=True)
+class Catalogue:
+    """The tools of the tenant's active bundle (``GET /v1/tools``).
+
+    ``tools`` maps tool name → side-effect class, or is ``None`` when the bundle has no
+    catalogue (nothing can be said before a decision); ``policy`` is ``None`` when no
+    bundle serves the tenant (every call is denied). A name missing from ``tools`` is
+    denied ``unknown_tool`` whatever its arguments.
+    """
+
+    policy: dict[str, str] | None
+    tools: dict[str, str] | None
+
+    def denies_outright(self, tool: str) -> bool:
+        """True when every call of ``tool`` is denied, whatever its arguments."""
+        return self.policy is None or (self.tools is not None and tool not in self.tools)
+
+    @classmethod
+    def parse(cls, data: dict[str, Any]) -> Catalogue:
+        tools = data.get("tools")
+        return cls(policy=data.get("policy"),
+                   tools=None if tools is None else {str(t["name"]): str(t["side_effect"])
+                                                     for t in tools})
