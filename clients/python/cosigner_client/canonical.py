@@ -143,6 +143,41 @@ def _serialise(value: Any, out: list[str]) -> None:
         raise _Reject("invalid_json", f"value of type {t.__name__} is not JSON")
 
 
+def _check(value: Any) -> None:
+    """Find the first fault in insertion order, exactly as the server's check does, so
+    client and server name the same fault when a value has several."""
+    t = type(value)
+    if t is str:
+        if not value.isascii() and _SURROGATE.search(value):
+            raise _Reject("invalid_json", "lone surrogate in string")
+    elif t is int:
+        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            raise _Reject("unsafe_integer", "integer outside ±(2**53 - 1)")
+    elif t is dict:
+        for key, item in value.items():
+            try:
+                if type(key) is not str:
+                    raise _Reject("invalid_json", f"object key of type {type(key).__name__}")
+                if not key.isascii() and _SURROGATE.search(key):
+                    raise _Reject("invalid_json", "lone surrogate in object key")
+                _check(item)
+            except _Reject as exc:
+                exc.path.append(_segment(key) if type(key) is str else "<non-string key>")
+                raise
+    elif t is list:
+        for index, item in enumerate(value):
+            try:
+                _check(item)
+            except _Reject as exc:
+                exc.path.append(str(index))
+                raise
+    elif t is float:
+        if not math.isfinite(value):
+            raise _Reject("non_finite_number", "NaN or infinite number")
+    elif t is not bool and value is not None:
+        raise _Reject("invalid_json", f"value of type {t.__name__} is not JSON")
+
+
 def canonicalize(value: Any) -> bytes:
     """RFC 8785 canonical UTF-8 bytes of ``value``.
 
@@ -153,6 +188,7 @@ def canonicalize(value: Any) -> bytes:
     """
     out: list[str] = []
     try:
+        _check(value)
         _serialise(value, out)
     except _Reject as exc:
         pointer = "".join("/" + seg for seg in reversed(exc.path))
