@@ -30,7 +30,7 @@ from server.approval_runtime import ApprovalRuntime
 from server.audit.runtime import AuditRuntime
 from server.clock import Clock, system_clock
 from server.db.database import Database
-from server.decisions import Deps
+from server.decisions import Deps, decision_log_writer
 from server.keys import Keyring
 from server.policy.cases import check_bundle
 from server.policy.store import PolicyStore, engine_factory
@@ -59,7 +59,8 @@ async def build_services(settings: Settings, clock: Clock) -> Services:
     snapshot = store.reload(check=check_bundle)
     for error in snapshot.errors:
         log.error("policy bundle not loaded: %s: %s", error.path, error.message)
-    deps = Deps(db=db, store=store, keyring=keyring, clock=clock, settings=settings)
+    deps = Deps(db=db, store=store, keyring=keyring, clock=clock, settings=settings,
+                log_writer=decision_log_writer(db, settings))
     return Services(deps=deps, authenticator=KeyAuthenticator(db))
 
 
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await build_services(settings, clock)
         app.state.services = services
+        services.deps.log_writer.start()
         webhook_worker = _start_webhook_worker(services, settings, clock)
         audit = AuditRuntime(services.deps)
         services.extras["audit"] = audit
@@ -84,6 +86,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         finally:
             await approvals_runtime.stop()
             await audit.stop()
+            await services.deps.log_writer.stop()
             if webhook_worker is not None:
                 await webhook_worker.stop()
             await services.deps.db.dispose()

@@ -1,16 +1,19 @@
 """decide(): the policy decision point's one use case.
 
-Flow (DESIGN § Data flow): args hash (RFC 8785) → idempotency check → tool catalogue
-(schema, unknown tool) → policy evaluation (active + shadow) → one transaction holding
-the decision row, its decision-log event and, for ``allow``, the permit row. The
-response is built only after that transaction committed (invariant 2).
+Flow (DESIGN § Data flow): args hash (RFC 8785) → idempotency check → run contract →
+tool catalogue (schema, unknown tool) → policy evaluation (active + shadow) → one write
+holding the decision row, its decision-log events, the run counters, the approval
+request or the permit row. Writes go through the process's group committer: many
+decisions share one transaction and one COMMIT, and a response is released only after
+the COMMIT that holds its events (invariant 2).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -21,7 +24,9 @@ from server.audit.chain import Event, append
 from server.canonical import args_hash as compute_args_hash
 from server.canonical import canonicalize, hash_bytes
 from server.clock import Clock, isoformat
+from server.db.batch import Work, savepoint_runner
 from server.db.database import Database, UniqueViolation
+from server.db.group_commit import GroupCommitter
 from server.db.tables import decisions
 from server.errors import IdempotencyConflict
 from server.keys import Keyring
@@ -47,15 +52,45 @@ class DecisionRequest:
     raw: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class LogWrite:
+    """What one write in a group-commit batch leaves: events to chain, and its result."""
+
+    tenant: str
+    events: list[Event]
+    result: Any
+
+
 @dataclass(frozen=True)
 class Deps:
-    """Collaborators of the decision use case (built once in ``create_app``)."""
+    """Collaborators of the decision use case (built once in ``create_app``).
+
+    ``log_writer`` is the process's group committer for decision writes
+    (:func:`decision_log_writer`); it is started and stopped by the app lifespan.
+    """
 
     db: Database
     store: PolicyStore
     keyring: Keyring
     clock: Clock
     settings: Settings
+    log_writer: GroupCommitter[Work] = field(repr=False)
+
+
+def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Work]:
+    """The group committer for decisions: one transaction and one COMMIT per batch; each
+    decision's events are chained after its savepoint succeeded, per tenant."""
+
+    async def chain_events(conn: AsyncConnection, written: list[Any]) -> None:
+        by_tenant: dict[str, list[Event]] = {}
+        for item in written:
+            by_tenant.setdefault(item.tenant, []).extend(item.events)
+        for tenant, events in by_tenant.items():
+            await append(conn, tenant, events, now=events[0].time or datetime.now(UTC))
+
+    return GroupCommitter(savepoint_runner(db, finish=chain_events),
+                          max_batch=settings.log_batch_max,
+                          max_wait_s=settings.log_batch_wait_ms / 1000)
 
 
 def actor_of(caller: Caller) -> dict[str, Any]:
@@ -156,39 +191,44 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
     }
     if result.effect == "require_approval" and result.approval is not None:
         response["approval"] = {"status": "pending", **result.approval.as_dict()}
+    input_doc = input_document(caller, req, now=isoformat(now), run_state=(
+        run_state.as_input() if run_state else None))
+
+    async def write(conn: AsyncConnection) -> LogWrite:
+        # Runs in the group-commit batch, under the write lock, in its own savepoint.
+        # Re-check and count the run contract here: concurrent calls cannot overspend.
+        refused = await contracts.check_and_count(
+            conn, tenant=tenant, run_id=req.run["id"], tool=tool_name, now=now,
+            count=result.effect != "deny")
+        if refused is not None:
+            response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
+        # Stores the input for redeem-time re-evaluation; opens/joins the approval.
+        gate_events = await approvals.record_gate(
+            conn, deps.settings, caller, response=response, requirement=result.approval,
+            input_doc=input_doc, mask=mask, now=now)
+        events = [_decision_event(caller, req, response, evaluation, mask), *gate_events]
+        if response["effect"] == "allow":
+            ttl = min(result.permit_ttl_s or deps.settings.permit_ttl_s,
+                      deps.settings.max_permit_ttl_s)
+            permit, permit_event = await permit_ledger.issue(
+                conn, deps.keyring, deps.settings, tenant=tenant,
+                run_id=req.run["id"], decision_id=decision_id, approval_id=None,
+                tool=tool_name, args_hash=a_hash, policy=evaluation.policy or {},
+                approvers=[], now=now, ttl_s=ttl, actor=actor_of(caller))
+            response["permit"] = permit
+            events.append(permit_event)
+        await conn.execute(decisions.insert().values(
+            id=decision_id, tenant=tenant, request_id=req.request_id,
+            request_hash=request_hash, run_id=req.run["id"], tool=tool_name,
+            args_hash=a_hash, effect=response["effect"], caller=caller.subject,
+            policy_id=(evaluation.policy or {}).get("id"),
+            policy_version=(evaluation.policy or {}).get("version"),
+            policy_revision=(evaluation.policy or {}).get("revision"),
+            response=response, created_at=now))
+        return LogWrite(tenant, [replace(e, time=now) for e in events], response)
+
     try:
-        async with deps.db.transaction() as conn:
-            # Re-check and count under the write lock: concurrent calls cannot overspend.
-            refused = await contracts.check_and_count(
-                conn, tenant=tenant, run_id=req.run["id"], tool=tool_name, now=now,
-                count=result.effect != "deny")
-            if refused is not None:
-                response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
-            # Stores the input for redeem-time re-evaluation; opens/joins the approval.
-            gate_events = await approvals.record_gate(
-                conn, deps.settings, caller, response=response, requirement=result.approval,
-                input_doc=input_document(caller, req, now=isoformat(now), run_state=(
-                    run_state.as_input() if run_state else None)), mask=mask, now=now)
-            events = [_decision_event(caller, req, response, evaluation, mask), *gate_events]
-            if response["effect"] == "allow":
-                ttl = min(result.permit_ttl_s or deps.settings.permit_ttl_s,
-                          deps.settings.max_permit_ttl_s)
-                permit, permit_event = await permit_ledger.issue(
-                    conn, deps.keyring, deps.settings, tenant=tenant,
-                    run_id=req.run["id"], decision_id=decision_id, approval_id=None,
-                    tool=tool_name, args_hash=a_hash, policy=evaluation.policy or {},
-                    approvers=[], now=now, ttl_s=ttl, actor=actor_of(caller))
-                response["permit"] = permit
-                events.append(permit_event)
-            await conn.execute(decisions.insert().values(
-                id=decision_id, tenant=tenant, request_id=req.request_id,
-                request_hash=request_hash, run_id=req.run["id"], tool=tool_name,
-                args_hash=a_hash, effect=response["effect"], caller=caller.subject,
-                policy_id=(evaluation.policy or {}).get("id"),
-                policy_version=(evaluation.policy or {}).get("version"),
-                policy_revision=(evaluation.policy or {}).get("revision"),
-                response=response, created_at=now))
-            await append(conn, tenant, events, now=now)
+        written: LogWrite = await deps.log_writer.submit(write)
     except UniqueViolation:
         # A concurrent retry with the same request_id won the insert: answer with it.
         async with deps.db.read() as conn:
@@ -196,7 +236,8 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
         if row is None:
             raise
         return _replay(row, request_hash)
-    return response
+    final: dict[str, Any] = written.result
+    return final
 
 
 def _decision_event(caller: Caller, req: DecisionRequest, response: dict[str, Any],

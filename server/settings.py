@@ -54,6 +54,10 @@ class Settings(BaseSettings):
     checkpoint_every_s: int = Field(default=300, ge=1)
     #: Sweep interval for expiring approvals and permits.
     sweep_every_s: float = Field(default=5.0, gt=0)
+    #: Group commit of decisions: at most this many per transaction, and the longest a
+    #: first decision waits for others to join its batch (ms).
+    log_batch_max: int = Field(default=64, ge=1, le=1000)
+    log_batch_wait_ms: float = Field(default=1.0, ge=0, le=100)
     session_idle_timeout_s: int = Field(default=1800, ge=60)
     #: Secret for CSRF tokens and webhook signatures; generated per process when unset.
     web_secret: SecretStr | None = None

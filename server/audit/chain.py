@@ -52,6 +52,8 @@ class Event:
     policy: dict[str, str] | None = None
     payload: dict[str, Any] | None = None
     mask: tuple[str, ...] = ()
+    #: When it happened; ``append``'s ``now`` when unset.
+    time: datetime | None = None
 
 
 def masked_payload(event: Event) -> dict[str, Any]:
@@ -120,10 +122,11 @@ async def append(conn: AsyncConnection, tenant: str, events: list[Event],
     rows: list[dict[str, Any]] = []
     for event in events:
         seq += 1
-        body = event_body(event, tenant=tenant, seq=seq, time=now, prev_hash=prev)
+        at = event.time or now
+        body = event_body(event, tenant=tenant, seq=seq, time=at, prev_hash=prev)
         text, digest = hash_body(body)
         rows.append({
-            "tenant": tenant, "seq": seq, "type": event.type, "time": now,
+            "tenant": tenant, "seq": seq, "type": event.type, "time": at,
             "decision_id": event.decision_id, "approval_id": event.approval_id,
             "permit_jti": event.permit_jti, "run_id": event.run_id, "tool": event.tool,
             "effect": event.effect, "principal": event.principal,
