@@ -32,6 +32,36 @@ if TYPE_CHECKING:
     from server.decisions import Deps
 
 
+def prepare_permit(
+    keyring: Keyring, settings: Settings, *, tenant: str, run_id: str,
+    decision_id: str, approval_id: str | None, tool: str, args_hash: str,
+    policy: dict[str, str], approvers: list[dict[str, Any]], now: datetime, ttl_s: int,
+    actor: dict[str, Any],
+) -> tuple[dict[str, Any], Event, dict[str, Any]]:
+    """Mint a permit without touching the database.
+
+    Returns ``({token, jti, expires_at}, permit.minted event, permits row values)``; the
+    caller inserts the row in the transaction that records the event. ``ttl_s`` in s.
+    """
+    token, claims = mint_permit(
+        keyring, issuer=settings.issuer, audience=settings.audience, tenant=tenant,
+        run_id=run_id, decision_id=decision_id, approval_id=approval_id, tool=tool,
+        args_hash=args_hash, policy=policy, approvers=approvers, now=now, ttl_s=ttl_s)
+    expires_at = datetime.fromtimestamp(claims.exp, UTC)
+    row = {"jti": claims.jti, "tenant": tenant, "decision_id": decision_id,
+           "approval_id": approval_id, "run_id": run_id, "tool": tool,
+           "args_hash": args_hash, "status": "issued", "issued_at": now,
+           "expires_at": expires_at, "redeemed_at": None, "revoked_at": None}
+    event = Event(type="permit.minted", actor=actor, decision_id=decision_id,
+                  approval_id=approval_id, permit_jti=claims.jti, run_id=run_id, tool=tool,
+                  args_hash=args_hash, policy=policy,
+                  payload={"exp": claims.exp, "kid": keyring.current_kid,
+                           "approvers": [dict(a) for a in claims.approvers]})
+    permit = {"token": token, "jti": claims.jti,
+              "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return permit, event, row
+
+
 async def issue(
     conn: AsyncConnection, keyring: Keyring, settings: Settings, *, tenant: str, run_id: str,
     decision_id: str, approval_id: str | None, tool: str, args_hash: str,
@@ -40,22 +70,11 @@ async def issue(
 ) -> tuple[dict[str, Any], Event]:
     """Mint a permit, store its row in the open transaction, and return
     ``({token, jti, expires_at}, permit.minted event)``. ``ttl_s`` in seconds."""
-    token, claims = mint_permit(
-        keyring, issuer=settings.issuer, audience=settings.audience, tenant=tenant,
-        run_id=run_id, decision_id=decision_id, approval_id=approval_id, tool=tool,
-        args_hash=args_hash, policy=policy, approvers=approvers, now=now, ttl_s=ttl_s)
-    expires_at = datetime.fromtimestamp(claims.exp, UTC)
-    await conn.execute(permits_table.insert().values(
-        jti=claims.jti, tenant=tenant, decision_id=decision_id, approval_id=approval_id,
-        run_id=run_id, tool=tool, args_hash=args_hash, status="issued", issued_at=now,
-        expires_at=expires_at))
-    event = Event(type="permit.minted", actor=actor, decision_id=decision_id,
-                  approval_id=approval_id, permit_jti=claims.jti, run_id=run_id, tool=tool,
-                  args_hash=args_hash, policy=policy,
-                  payload={"exp": claims.exp, "kid": keyring.current_kid,
-                           "approvers": [dict(a) for a in claims.approvers]})
-    permit = {"token": token, "jti": claims.jti,
-              "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    permit, event, row = prepare_permit(
+        keyring, settings, tenant=tenant, run_id=run_id, decision_id=decision_id,
+        approval_id=approval_id, tool=tool, args_hash=args_hash, policy=policy,
+        approvers=approvers, now=now, ttl_s=ttl_s, actor=actor)
+    await conn.execute(permits_table.insert().values(**row))
     return permit, event
 
 
@@ -71,10 +90,17 @@ async def store_call_input(conn: AsyncConnection, *, tenant: str, decision_id: s
     (bound to the permit by hash), so the stored args are never needed in clear. Context
     values under always-secret keys are seen as ``"•••"`` by the redeem-time re-check.
     """
+    await conn.execute(call_inputs.insert().values(**call_input_row(
+        tenant=tenant, decision_id=decision_id, input_doc=input_doc, mask=mask)))
+
+
+def call_input_row(*, tenant: str, decision_id: str, input_doc: dict[str, Any],
+                   mask: tuple[str, ...]) -> dict[str, Any]:
+    """The ``call_inputs`` row values :func:`store_call_input` writes (masked, no ``now``)."""
     kept = {k: v for k, v in input_doc.items() if k != "now"}
-    await conn.execute(call_inputs.insert().values(
-        decision_id=decision_id, tenant=tenant,
-        input=mask_value(kept, ["/args" + pointer for pointer in mask]), mask=list(mask)))
+    return {"decision_id": decision_id, "tenant": tenant,
+            "input": mask_value(kept, ["/args" + pointer for pointer in mask]),
+            "mask": list(mask)}
 
 
 async def load_call_input(conn: AsyncConnection, tenant: str, decision_id: str

@@ -1,49 +1,96 @@
 """Run many use-case writes in one transaction (the batch runner for group commit).
 
-Each item's ``work(conn)`` runs inside its own SAVEPOINT, so an item that fails (a unique
-violation from a concurrent retry, a domain refusal) rolls back alone and gets its own
-error, while the others commit. ``finish(conn, results)`` then runs once for the items
-that succeeded (the decision log appends their events in one chain extension per tenant)
-and the batch commits. Any failure outside an item's savepoint fails the whole batch,
-which :class:`server.db.group_commit.GroupCommitter` turns into 503s for every waiter.
+An item is either
+
+* a :class:`Write` already prepared in memory (the hot path: an ``allow`` or ``deny``
+  with nothing to read under the lock): its rows are inserted together with every other
+  prepared item's rows, one ``executemany`` per table; or
+* a callable ``work(conn) -> Write`` that must read or update state under the write lock
+  (run contracts, approval requests): it runs in its own SAVEPOINT, so if it fails only
+  that item fails.
+
+``finish(conn, writes)`` then runs once for the items that succeeded (the decision log
+chains their events, one extension per tenant) and the batch commits. If a bulk insert
+collides with a unique key (a retry racing on another replica), the whole batch is
+redone item by item, each in a savepoint, so only the colliding item fails. Any other
+failure fails the batch, and :class:`server.db.group_commit.GroupCommitter` answers 503
+to every waiter in it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import Table
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server.db.database import Database, UniqueViolation, _short
 from server.errors import CosignerError
 
-Work = Callable[[AsyncConnection], Awaitable[Any]]
-Finish = Callable[[AsyncConnection, list[Any]], Awaitable[None]]
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One use case's write: rows to insert, log ``events`` for ``finish``, and the
+    ``result`` its waiter receives once the batch committed."""
+
+    tenant: str
+    events: list[Any]
+    result: Any
+    rows: list[tuple[Table, dict[str, Any]]] = field(default_factory=list)
+
+
+Work = Callable[[AsyncConnection], Awaitable[Write]]
+Item = Write | Work
+Finish = Callable[[AsyncConnection, list[Write]], Awaitable[None]]
 
 
 def savepoint_runner(db: Database, *, finish: Finish
-                     ) -> Callable[[list[Work]], Awaitable[list[Any]]]:
-    """A ``run_batch`` for :class:`GroupCommitter` whose items are ``work`` callables."""
+                     ) -> Callable[[list[Item]], Awaitable[list[Any]]]:
+    """A ``run_batch`` for :class:`GroupCommitter` over :data:`Item` s."""
 
-    async def run_batch(items: list[Work]) -> list[Any]:
+    async def run_batch(items: list[Item]) -> list[Any]:
+        try:
+            return await _run(items, bulk=True)
+        except UniqueViolation:
+            return await _run(items, bulk=False)
+
+    async def _run(items: list[Item], *, bulk: bool) -> list[Any]:
         outcomes: list[Any] = []
+        done: list[Write] = []
         async with db.transaction() as conn:
-            succeeded: list[Any] = []
-            for work in items:
+            for item in items:
+                if bulk and isinstance(item, Write):
+                    outcomes.append(item)
+                    done.append(item)
+                    continue
                 try:
                     async with conn.begin_nested():
-                        result = await work(conn)
+                        write = item if isinstance(item, Write) else await item(conn)
+                        for table, values in write.rows:
+                            await conn.execute(table.insert(), values)
                 except IntegrityError as exc:
                     outcomes.append(UniqueViolation(_short(exc)))
                     continue
                 except CosignerError as exc:
                     outcomes.append(exc)
                     continue
-                outcomes.append(result)
-                succeeded.append(result)
-            await finish(conn, succeeded)
+                outcomes.append(write)
+                done.append(write)
+            if bulk:
+                await _insert_prepared(conn, [i for i in items if isinstance(i, Write)])
+            await finish(conn, done)
         return outcomes
 
     return run_batch
+
+
+async def _insert_prepared(conn: AsyncConnection, writes: list[Write]) -> None:
+    by_table: dict[Table, list[dict[str, Any]]] = {}
+    for write in writes:
+        for table, values in write.rows:
+            by_table.setdefault(table, []).append(values)
+    for table, rows in by_table.items():  # insertion order: parents before children
+        await conn.execute(table.insert(), rows)
