@@ -1,4 +1,7 @@
-"""Approval requests: the state machine, opening/joining, reviews, cancel and expiry.
+"""Approval requests: the state machine, reviews, cancel and expiry.
+
+Opening (and joining) requests is :mod:`server.approval_requests`; reads are
+:mod:`server.approval_queries`.
 
 States (DESIGN § Wire contracts)::
 
@@ -23,31 +26,24 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server import permit_ledger, review_rules
-from server.approval_views import display_args, progress_of, view
+from server.approval_views import display_args, view
 from server.audit.chain import Event, append
-from server.canonical import canonicalize
-from server.db.tables import decisions
 from server.db.tables_approvals import approvals, reviews
 from server.errors import (
     ApprovalStateError,
-    Conflict,
     CosignerError,
     InvalidRequest,
     NotFound,
-    PolicyError,
     ReviewRefused,
 )
-from server.policy.result import ApprovalRequirement, parse_requirement
+from server.policy.result import parse_requirement
 from server.principals import Caller
 
 if TYPE_CHECKING:
@@ -55,8 +51,9 @@ if TYPE_CHECKING:
     from server.decisions import Deps
     from server.settings import Settings
 
-__all__ = ["STATES", "TERMINAL", "TRANSITIONS", "cancel", "display_args", "expire_due",
-           "open_request", "request_review", "review", "transition"]
+__all__ = ["STATES", "SYSTEM_ACTOR", "TERMINAL", "TRANSITIONS", "actor", "aware", "cancel",
+           "display_args", "event", "expire", "expire_due", "expire_if_due", "is_due", "load",
+           "notify", "review", "reviews_of", "transition"]
 
 log = logging.getLogger("cosigner.approvals")
 
@@ -106,13 +103,13 @@ async def transition(conn: AsyncConnection, row: Any, target: str, *, now: datet
     return bool(result.rowcount == 1)
 
 
-def _event(event_type: str, row: Any, who: dict[str, Any], **payload: Any) -> Event:
+def event(event_type: str, row: Any, who: dict[str, Any], **payload: Any) -> Event:
     return Event(type=event_type, actor=who, decision_id=row.decision_id, approval_id=row.id,
                  run_id=row.run_id, tool=row.tool, args_hash=row.args_hash,
                  policy=row.policy, payload=payload)
 
 
-async def _load(conn: AsyncConnection, tenant: str, approval_id: str, *,
+async def load(conn: AsyncConnection, tenant: str, approval_id: str, *,
                 lock: bool) -> Any:
     query = select(approvals).where(approvals.c.id == approval_id, approvals.c.tenant == tenant)
     if lock and conn.dialect.name == "postgresql":
@@ -127,181 +124,14 @@ async def reviews_of(conn: AsyncConnection, approval_id: str) -> list[Any]:
         .order_by(reviews.c.created_at, reviews.c.id))).all())
 
 
-async def _expire(conn: AsyncConnection, row: Any, now: datetime,
+async def expire(conn: AsyncConnection, row: Any, now: datetime,
                   who: dict[str, Any]) -> list[Event]:
     if not await transition(conn, row, "expired", now=now):
         return []
-    return [_event("approval.expired", row, who, expires_at=aware(row.expires_at).isoformat())]
+    return [event("approval.expired", row, who, expires_at=aware(row.expires_at).isoformat())]
 
 
-# --- opening ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CallFacts:
-    """The call an approval request is about, as the server recorded it."""
-
-    tenant: str
-    decision_id: str
-    run_id: str
-    tool: str
-    args: dict[str, Any]
-    args_hash: str
-    mask: tuple[str, ...]
-    initiator: dict[str, Any]
-    principal: dict[str, Any]
-    policy: dict[str, str] | None
-    reasons: list[dict[str, str]]
-
-
-async def _pending_for_call(conn: AsyncConnection, call: CallFacts) -> Any:
-    query = select(approvals).where(
-        approvals.c.tenant == call.tenant, approvals.c.run_id == call.run_id,
-        approvals.c.tool == call.tool, approvals.c.args_hash == call.args_hash,
-        approvals.c.status == "pending")
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    return (await conn.execute(query)).first()
-
-
-async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallFacts,
-                       requirement: ApprovalRequirement, opened_by: dict[str, Any],
-                       now: datetime, kind: str = "policy",
-                       reason: str | None = None) -> tuple[dict[str, Any], list[Event]]:
-    """Open an approval request for ``call`` inside the caller's transaction, or join the
-    identical pending one (same tenant, run, tool, args hash): same id, no new request.
-
-    Returns ``(approval object of the Decision, events)``; the events are
-    ``approval.requested`` or ``approval.joined`` (plus ``approval.expired`` when the pending
-    twin had run out). A concurrent insert of the twin is settled by the partial unique index
-    ``uq_approvals_pending_call``: the loser's insert does nothing and it joins the winner.
-    Only a new request notifies (webhook ``approval.pending``, queued in this transaction).
-    """
-    public_url = settings.public_url
-    events: list[Event] = []
-    existing = await _pending_for_call(conn, call)
-    if existing is not None and is_due(existing, now):
-        events += await _expire(conn, existing, now, SYSTEM_ACTOR)
-        existing = None
-    if existing is None:
-        approval_id = str(uuid.uuid4())
-        expires_at = now + timedelta(milliseconds=requirement.timeout_ms)
-        insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-        stmt = insert(approvals).values(
-            id=approval_id, tenant=call.tenant, kind=kind, decision_id=call.decision_id,
-            run_id=call.run_id, tool=call.tool, args_hash=call.args_hash,
-            args=canonicalize(call.args).decode(), mask=list(call.mask),
-            requirement=requirement.as_dict(), status="pending", initiator=call.initiator,
-            principal=call.principal, opened_by=opened_by, reasons=call.reasons,
-            policy=call.policy, reason=reason, created_at=now, expires_at=expires_at,
-        ).on_conflict_do_nothing(
-            index_elements=["tenant", "run_id", "tool", "args_hash"],
-            index_where=text("status = 'pending'"),
-        ).returning(approvals.c.id)
-        if (await conn.execute(stmt)).first() is not None:
-            row = await _load(conn, call.tenant, approval_id, lock=False)
-            events.append(_event("approval.requested", row, opened_by, kind=kind,
-                                 requirement=requirement.as_dict(),
-                                 expires_at=expires_at.isoformat(), reason=reason))
-            await _notify(conn, settings, row, "approval.pending", now)
-            return view(row, [], public_url=public_url, now=now, brief=True), events
-        existing = await _pending_for_call(conn, call)
-        if existing is None:  # the twin was decided between our insert and this read
-            raise Conflict("a concurrent approval request changed state; retry",
-                           code="approval_race")
-    events.append(_event("approval.joined", existing, opened_by,
-                         decision_id=call.decision_id))
-    rows = await reviews_of(conn, existing.id)
-    return view(existing, rows, public_url=public_url, now=now, brief=True), events
-
-
-async def request_review(deps: Deps, caller: Caller, *, decision_id: str,
-                         reason: str) -> dict[str, Any]:
-    """A runtime asks for human review of a call the policy allowed.
-
-    The decision's unredeemed permit is revoked (withheld) and a ``runtime_review`` request
-    opens with the active bundle's ``[review]`` requirement; once approved a new permit is
-    minted. Asking twice for the same decision returns the first request.
-
-    Raises:
-        Forbidden: caller lacks the ``runtime`` role. NotFound: no such decision in the
-        caller's tenant. InvalidRequest ``not_an_allow_decision``. PolicyError
-        ``no_review_requirement`` (the bundle declares no ``[review]``). Conflict
-        ``already_redeemed`` (the call already ran).
-    """
-    caller.require("runtime")
-    now = deps.clock()
-    async with deps.db.transaction() as conn:
-        decision = (await conn.execute(select(decisions).where(
-            decisions.c.id == decision_id, decisions.c.tenant == caller.tenant))).first()
-        if decision is None:
-            raise NotFound("no such decision")
-        if decision.effect != "allow":
-            raise InvalidRequest("only an allow decision can be sent for review",
-                                 code="not_an_allow_decision")
-        earlier = (await conn.execute(select(approvals).where(
-            approvals.c.tenant == caller.tenant, approvals.c.decision_id == decision_id,
-            approvals.c.kind == "runtime_review"))).first()
-        if earlier is not None:
-            return view(earlier, await reviews_of(conn, earlier.id),
-                        public_url=deps.settings.public_url, now=now)
-        bundle = deps.store.snapshot.bundle_for(caller.tenant)
-        requirement = bundle.manifest.review if bundle is not None else None
-        if requirement is None:
-            raise PolicyError("the active policy bundle declares no [review] requirement",
-                              code="no_review_requirement")
-        stored = await permit_ledger.load_call_input(conn, caller.tenant, decision_id)
-        if stored is None:
-            raise PolicyError("the decision's input was not recorded", code="policy_error")
-        input_doc, mask = stored
-        events = await permit_ledger.withhold(conn, tenant=caller.tenant,
-                                              decision_id=decision_id, now=now,
-                                              actor=actor(caller))
-        call = CallFacts(
-            tenant=caller.tenant, decision_id=decision_id, run_id=decision.run_id,
-            tool=decision.tool, args=input_doc["args"], args_hash=decision.args_hash,
-            mask=tuple(mask), initiator=input_doc["initiator"],
-            principal=input_doc["principal"], policy=bundle.ref() if bundle else None,
-            reasons=[{"code": "review_requested", "message": reason[:500]}])
-        brief, opened = await open_request(
-            conn, deps.settings, call=call, requirement=requirement, opened_by=actor(caller),
-            now=now, kind="runtime_review", reason=reason[:500])
-        await append(conn, caller.tenant, events + opened, now=now)
-        row = await _load(conn, caller.tenant, brief["id"], lock=False)
-        return view(row, await reviews_of(conn, row.id), public_url=deps.settings.public_url,
-                    now=now, include_permit=True)
-
-
-async def record_gate(conn: AsyncConnection, settings: Settings, caller: Caller, *,
-                      response: dict[str, Any], requirement: ApprovalRequirement | None,
-                      input_doc: dict[str, Any], mask: tuple[str, ...],
-                      now: datetime) -> list[Event]:
-    """Called by ``decisions.decide`` inside its transaction, before the decision event.
-
-    For ``allow`` and ``require_approval`` the policy input is stored (redeem re-checks the
-    active policy on it); for ``require_approval`` the request is opened or joined and
-    ``response["approval"]`` becomes its brief state. Returns the approval events.
-    """
-    effect = response["effect"]
-    if effect not in ("allow", "require_approval"):
-        return []
-    decision_id = response["decision_id"]
-    await permit_ledger.store_call_input(conn, tenant=caller.tenant, decision_id=decision_id,
-                                         input_doc=input_doc, mask=mask)
-    if effect != "require_approval" or requirement is None:
-        return []
-    call = CallFacts(
-        tenant=caller.tenant, decision_id=decision_id, run_id=input_doc["run"]["id"],
-        tool=input_doc["tool"]["name"], args=input_doc["args"],
-        args_hash=response["args_hash"], mask=mask, initiator=input_doc["initiator"],
-        principal=input_doc["principal"], policy=response["policy"],
-        reasons=response["reasons"])
-    response["approval"], events = await open_request(
-        conn, settings, call=call, requirement=requirement, opened_by=actor(caller), now=now)
-    return events
-
-
-async def _notify(conn: AsyncConnection, settings: Settings, row: Any, event_type: str,
+async def notify(conn: AsyncConnection, settings: Settings, row: Any, event_type: str,
                   now: datetime, *, status: str | None = None,
                   decided_by: list[str] | None = None) -> None:
     """Queue a webhook (masked args only) in the same transaction as the state change."""
@@ -362,7 +192,7 @@ async def review(deps: Deps, caller: Caller, approval_id: str, *, decision: str,
     refusal: CosignerError | None = None
     state: dict[str, Any] = {}
     async with deps.db.transaction() as conn:
-        row = await _load(conn, caller.tenant, approval_id, lock=True)
+        row = await load(conn, caller.tenant, approval_id, lock=True)
         if row is None:
             refusal = NotFound("no such approval request")
             events = [Event(type="approval.review_refused", actor=who,
@@ -370,7 +200,7 @@ async def review(deps: Deps, caller: Caller, approval_id: str, *, decision: str,
         else:
             refusal, events = await _review_locked(deps, conn, caller, row, decision,
                                                    comment, now)
-            fresh = await _load(conn, caller.tenant, approval_id, lock=False)
+            fresh = await load(conn, caller.tenant, approval_id, lock=False)
             state = view(fresh, await reviews_of(conn, approval_id),
                          public_url=deps.settings.public_url, now=now,
                          include_permit=caller.has_any("runtime"))
@@ -382,7 +212,7 @@ async def review(deps: Deps, caller: Caller, approval_id: str, *, decision: str,
 
 def _refused(row: Any, who: dict[str, Any], decision: str,
              error: CosignerError) -> tuple[CosignerError, list[Event]]:
-    return error, [_event("approval.review_refused", row, who, code=error.code,
+    return error, [event("approval.review_refused", row, who, code=error.code,
                           decision=decision)]
 
 
@@ -396,7 +226,7 @@ async def _review_locked(deps: Deps, conn: AsyncConnection, caller: Caller, row:
         return _refused(row, who, decision, ReviewRefused(
             "you hold none of the roles this request needs", code="not_eligible"))
     if is_due(row, now):
-        expired = await _expire(conn, row, now, SYSTEM_ACTOR)
+        expired = await expire(conn, row, now, SYSTEM_ACTOR)
         error, refused = _refused(row, who, decision, ApprovalStateError(
             "the approval request has expired", code="approval_expired"))
         return error, expired + refused
@@ -419,11 +249,11 @@ async def _review_locked(deps: Deps, conn: AsyncConnection, caller: Caller, row:
     if decision == "rejected":
         await _insert_review(conn, row, caller, held, None, decision, comment, now)
         await transition(conn, row, "rejected", now=now)
-        await _notify(conn, deps.settings, row, "approval.decided", now, status="rejected",
+        await notify(conn, deps.settings, row, "approval.decided", now, status="rejected",
                       decided_by=[caller.subject])
-        return None, [_event("approval.reviewed", row, who, decision=decision, role=None,
+        return None, [event("approval.reviewed", row, who, decision=decision, role=None,
                              comment=comment),
-                      _event("approval.rejected", row, who)]
+                      event("approval.rejected", row, who)]
     approving = [(r.subject, frozenset(r.roles)) for r in existing if r.decision == "approved"]
     assignment = review_rules.match([*approving, (caller.subject, held)], requirement.require)
     if caller.subject not in assignment:
@@ -435,7 +265,7 @@ async def _review_locked(deps: Deps, conn: AsyncConnection, caller: Caller, row:
         if earlier.decision == "approved" and earlier.role != assignment.get(earlier.subject):
             await conn.execute(reviews.update().where(reviews.c.id == earlier.id)
                                .values(role=assignment.get(earlier.subject)))
-    events = [_event("approval.reviewed", row, who, decision=decision,
+    events = [event("approval.reviewed", row, who, decision=decision,
                      role=assignment[caller.subject], comment=comment,
                      progress=review_rules.progress(requirement.require, assignment))]
     if review_rules.is_met(requirement.require, assignment):
@@ -477,9 +307,9 @@ async def _approve(deps: Deps, conn: AsyncConnection, row: Any, assignment: dict
                             permit=permit):
         raise ApprovalStateError("the approval request changed state",
                                  code="approval_not_pending")
-    await _notify(conn, deps.settings, row, "approval.decided", now, status="approved",
+    await notify(conn, deps.settings, row, "approval.decided", now, status="approved",
                   decided_by=[a["id"] for a in approvers])
-    return [_event("approval.approved", row, who,
+    return [event("approval.approved", row, who,
                    approvers=[{**a, "at": a["at"].isoformat()} for a in approvers]), minted]
 
 
@@ -498,11 +328,11 @@ async def cancel(deps: Deps, caller: Caller, approval_id: str) -> dict[str, Any]
     who = actor(caller)
     error: CosignerError | None = None
     async with deps.db.transaction() as conn:
-        row = await _load(conn, caller.tenant, approval_id, lock=True)
+        row = await load(conn, caller.tenant, approval_id, lock=True)
         if row is None:
             raise NotFound("no such approval request")
         if is_due(row, now):
-            events = await _expire(conn, row, now, SYSTEM_ACTOR)
+            events = await expire(conn, row, now, SYSTEM_ACTOR)
             error = ApprovalStateError("the approval request has expired",
                                        code="approval_expired")
         elif row.status != "pending":
@@ -511,9 +341,9 @@ async def cancel(deps: Deps, caller: Caller, approval_id: str) -> dict[str, Any]
                                      else "approval_not_pending")
         else:
             await transition(conn, row, "cancelled", now=now)
-            events = [_event("approval.cancelled", row, who)]
+            events = [event("approval.cancelled", row, who)]
         await append(conn, caller.tenant, events, now=now)
-        fresh = await _load(conn, caller.tenant, approval_id, lock=False)
+        fresh = await load(conn, caller.tenant, approval_id, lock=False)
         state = view(fresh, await reviews_of(conn, approval_id),
                      public_url=deps.settings.public_url, now=now)
     if error is not None:
@@ -538,9 +368,9 @@ async def expire_due(db: Database, now: datetime, *, limit: int = 500) -> int:
     async with db.transaction() as conn:
         by_tenant: dict[str, list[Event]] = {}
         for item in due:
-            row = await _load(conn, item.tenant, item.id, lock=True)
+            row = await load(conn, item.tenant, item.id, lock=True)
             if row is not None and is_due(row, now):
-                events = await _expire(conn, row, now, SYSTEM_ACTOR)
+                events = await expire(conn, row, now, SYSTEM_ACTOR)
                 by_tenant.setdefault(row.tenant, []).extend(events)
                 count += len(events)
         for tenant, events in by_tenant.items():
@@ -553,10 +383,6 @@ async def expire_if_due(deps: Deps, tenant: str, approval_id: str) -> None:
     """Expire one request now if it is due (used by reads that notice it)."""
     now = deps.clock()
     async with deps.db.transaction() as conn:
-        row = await _load(conn, tenant, approval_id, lock=True)
+        row = await load(conn, tenant, approval_id, lock=True)
         if row is not None and is_due(row, now):
-            await append(conn, tenant, await _expire(conn, row, now, SYSTEM_ACTOR), now=now)
-
-
-__all__ += ["CallFacts", "actor", "aware", "is_due", "progress_of", "reviews_of",
-            "expire_if_due"]
+            await append(conn, tenant, await expire(conn, row, now, SYSTEM_ACTOR), now=now)

@@ -17,6 +17,7 @@ from server import approvals, review_rules
 from server.approval_views import MASK, display_args
 from server.clock import FrozenClock
 from server.db.tables import audit_events, permits
+from server.db.tables_approvals import approvals as approvals_table
 from server.errors import ApprovalStateError, NotFound, ReviewRefused
 from server.policy.result import ApprovalRequirement, RoleGroup
 from server.principals import Caller
@@ -150,14 +151,24 @@ async def test_expire_due_sweeps_at_the_instant_and_logs(
     h, clock = frozen
     runtime = await h.headers(tenant, "runtime")
     decision = await decide(h, runtime, scripted(needs(("finance", 1), timeout_ms=5_000)))
+    approval_id = decision["approval"]["id"]
     deps = h.services.deps
-    assert await approvals.expire_due(deps.db, T0 + timedelta(seconds=5, microseconds=-1)) == 0
-    assert await approvals.expire_due(deps.db, T0 + timedelta(seconds=5)) == 1
-    assert await approvals.expire_due(deps.db, T0 + timedelta(seconds=6)) == 0
+
+    async def stored_status() -> str:
+        async with deps.db.read() as conn:
+            return str((await conn.execute(select(approvals_table.c.status).where(
+                approvals_table.c.id == approval_id))).scalar_one())
+
+    # The sweep is global; other tests' rows may share a PostgreSQL database.
+    await approvals.expire_due(deps.db, T0 + timedelta(seconds=5, microseconds=-1))
+    assert await stored_status() == "pending"
+    assert await approvals.expire_due(deps.db, T0 + timedelta(seconds=5)) >= 1
+    assert await stored_status() == "expired"
+    await approvals.expire_due(deps.db, T0 + timedelta(seconds=6))
     clock.advance(seconds=5)
     with pytest.raises(ApprovalStateError) as err:
-        await approvals.review(deps, person(tenant, "alice", "finance"),
-                               decision["approval"]["id"], decision="approved")
+        await approvals.review(deps, person(tenant, "alice", "finance"), approval_id,
+                               decision="approved")
     assert err.value.code == "approval_expired"
     async with deps.db.read() as conn:
         expired = (await conn.execute(select(func.count()).select_from(audit_events).where(

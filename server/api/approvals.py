@@ -6,10 +6,11 @@ from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-from server import approval_queries, approvals
+from server import approval_queries, approval_requests, approvals
 from server.api.body import openapi_body, strict_body
 from server.api.deps import PROBLEM_RESPONSES, CallerDep, services
 from server.api.models_approvals import (
+    ID_PATTERN,
     ApprovalListV1,
     ApprovalStatus,
     ApprovalV1,
@@ -19,7 +20,7 @@ from server.api.models_approvals import (
 
 router = APIRouter(prefix="/v1", tags=["approvals"])
 
-_ID = Path(min_length=1, max_length=64)
+_ID = Path(min_length=1, max_length=64, pattern=ID_PATTERN)
 _RESPONSES = {**PROBLEM_RESPONSES, 404: PROBLEM_RESPONSES[409] | {"description": "Not found"}}
 
 
@@ -35,7 +36,7 @@ async def post_approval(request: Request, caller: CallerDep) -> dict[str, Any]:
     """
     svc = services(request)
     body, _ = await strict_body(request, ReviewAskV1, svc.deps.settings.max_body_bytes)
-    return await approvals.request_review(svc.deps, caller, decision_id=body.decision_id,
+    return await approval_requests.request_review(svc.deps, caller, decision_id=body.decision_id,
                                           reason=body.reason)
 
 

@@ -9,6 +9,10 @@ from pydantic import BaseModel, Field
 from server.api.models import PermitV1, ReasonV1, Wire
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
+#: Ids we issue (uuid4, hex jti): nothing else can name a row.
+ID_PATTERN = r"^[A-Za-z0-9_-]+$"
+#: Free text stored in the database: any character but NUL (PostgreSQL text cannot hold it).
+TEXT_PATTERN = r"^[^\x00]*$"
 
 
 class ReviewRequestV1(Wire):
@@ -16,15 +20,15 @@ class ReviewRequestV1(Wire):
     (``requested_by``, ``approver`` ... are unknown fields: 422)."""
 
     decision: Literal["approved", "rejected"]
-    comment: str = Field(default="", max_length=2000,
+    comment: str = Field(default="", max_length=2000, pattern=TEXT_PATTERN,
                          description="Required (non-blank) when rejecting.")
 
 
 class ReviewAskV1(Wire):
     """A runtime asks for human review of a call the policy allowed."""
 
-    decision_id: str = Field(min_length=1, max_length=36)
-    reason: str = Field(min_length=1, max_length=500)
+    decision_id: str = Field(min_length=1, max_length=36, pattern=ID_PATTERN)
+    reason: str = Field(min_length=1, max_length=500, pattern=TEXT_PATTERN)
 
 
 class RoleGroupV1(BaseModel):
@@ -85,7 +89,7 @@ class RedeemRequestV1(Wire):
     """Redeem a permit for the exact call about to run."""
 
     permit: str = Field(min_length=1, max_length=16_384, description="The compact JWS.")
-    tool: str = Field(min_length=1, max_length=256)
+    tool: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:/-]+$")
     args: dict[str, Any] = Field(description="The exact arguments about to be executed.")
 
 

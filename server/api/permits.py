@@ -9,7 +9,12 @@ from fastapi import APIRouter, Path, Request
 from server import permit_ledger
 from server.api.body import openapi_body, strict_body
 from server.api.deps import PROBLEM_RESPONSES, CallerDep, services
-from server.api.models_approvals import PermitRevocationV1, RedeemRequestV1, RedemptionV1
+from server.api.models_approvals import (
+    ID_PATTERN,
+    PermitRevocationV1,
+    RedeemRequestV1,
+    RedemptionV1,
+)
 
 router = APIRouter(prefix="/v1", tags=["permits"])
 
@@ -36,8 +41,8 @@ async def post_redeem(request: Request, caller: CallerDep) -> dict[str, Any]:
 
 @router.post("/permits/{jti}/revoke", response_model=PermitRevocationV1,
              responses=PROBLEM_RESPONSES)
-async def post_revoke(request: Request, caller: CallerDep,
-                      jti: str = Path(min_length=1, max_length=64)) -> dict[str, Any]:
+async def post_revoke(request: Request, caller: CallerDep, jti: str = Path(
+        min_length=1, max_length=64, pattern=ID_PATTERN)) -> dict[str, Any]:
     """Revoke an unredeemed permit (admin, or an approver of the tenant).
     404 unknown here; 409 ``already_redeemed``."""
     return await permit_ledger.revoke(services(request).deps, caller, jti)
