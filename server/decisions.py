@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server import approval_requests, contracts, permit_ledger
@@ -24,13 +24,14 @@ from server.audit.chain import Event, append
 from server.canonical import args_hash as compute_args_hash
 from server.canonical import canonicalize, hash_bytes
 from server.clock import Clock, isoformat
-from server.db.batch import Work, savepoint_runner
+from server.db.batch import Item, Write, savepoint_runner
 from server.db.database import Database, UniqueViolation
 from server.db.group_commit import GroupCommitter
-from server.db.tables import decisions
+from server.db.tables import decisions, permits
+from server.db.tables_approvals import call_inputs
 from server.errors import IdempotencyConflict
 from server.keys import Keyring
-from server.policy.result import deny
+from server.policy.result import PolicyResult, deny
 from server.policy.store import Evaluation, PolicyStore
 from server.principals import Caller
 from server.settings import Settings
@@ -52,15 +53,6 @@ class DecisionRequest:
     raw: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class LogWrite:
-    """What one write in a group-commit batch leaves: events to chain, and its result."""
-
-    tenant: str
-    events: list[Event]
-    result: Any
-
-
 @dataclass(frozen=True)
 class Deps:
     """Collaborators of the decision use case (built once in ``create_app``).
@@ -74,14 +66,14 @@ class Deps:
     keyring: Keyring
     clock: Clock
     settings: Settings
-    log_writer: GroupCommitter[Work] = field(repr=False)
+    log_writer: GroupCommitter[Item] = field(repr=False)
 
 
-def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Work]:
+def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item]:
     """The group committer for decisions: one transaction and one COMMIT per batch; each
     decision's events are chained after its savepoint succeeded, per tenant."""
 
-    async def chain_events(conn: AsyncConnection, written: list[Any]) -> None:
+    async def chain_events(conn: AsyncConnection, written: list[Write]) -> None:
         by_tenant: dict[str, list[Event]] = {}
         for item in written:
             by_tenant.setdefault(item.tenant, []).extend(item.events)
@@ -91,6 +83,12 @@ def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Work
     return GroupCommitter(savepoint_runner(db, finish=chain_events),
                           max_batch=settings.log_batch_max,
                           max_wait_s=settings.log_batch_wait_ms / 1000)
+
+
+def permit_ttl(result: PolicyResult, settings: Settings) -> int:
+    """Permit lifetime (s) for an ``allow``: the policy's ``permit_ttl_s`` or the default,
+    capped by ``max_permit_ttl_s``."""
+    return min(result.permit_ttl_s or settings.permit_ttl_s, settings.max_permit_ttl_s)
 
 
 def actor_of(caller: Caller) -> dict[str, Any]:
@@ -194,7 +192,34 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
     input_doc = input_document(caller, req, now=isoformat(now), run_state=(
         run_state.as_input() if run_state else None))
 
-    async def write(conn: AsyncConnection) -> LogWrite:
+    def decision_row() -> dict[str, Any]:
+        policy = evaluation.policy or {}
+        return {"id": decision_id, "tenant": tenant, "request_id": req.request_id,
+                "request_hash": request_hash, "run_id": req.run["id"], "tool": tool_name,
+                "args_hash": a_hash, "effect": response["effect"], "caller": caller.subject,
+                "policy_id": policy.get("id"), "policy_version": policy.get("version"),
+                "policy_revision": policy.get("revision"), "response": response,
+                "created_at": now}
+
+    def prepared() -> Write:
+        # allow / deny outside any run contract: rows and events only, no statement to run
+        # under the lock, so the batch inserts them with every other decision's rows.
+        events = [_decision_event(caller, req, response, evaluation, mask)]
+        rows: list[tuple[Table, dict[str, Any]]] = [(decisions, decision_row())]
+        if response["effect"] == "allow":
+            permit, permit_event, permit_row = permit_ledger.prepare_permit(
+                deps.keyring, deps.settings, tenant=tenant, run_id=req.run["id"],
+                decision_id=decision_id, approval_id=None, tool=tool_name, args_hash=a_hash,
+                policy=evaluation.policy or {}, approvers=[], now=now,
+                ttl_s=permit_ttl(result, deps.settings), actor=actor_of(caller))
+            response["permit"] = permit
+            events.append(permit_event)
+            rows.append((permits, permit_row))
+            rows.append((call_inputs, permit_ledger.call_input_row(
+                tenant=tenant, decision_id=decision_id, input_doc=input_doc, mask=mask)))
+        return Write(tenant, [replace(e, time=now) for e in events], response, rows)
+
+    async def work(conn: AsyncConnection) -> Write:
         # Runs in the group-commit batch, under the write lock, in its own savepoint.
         # Re-check and count the run contract here: concurrent calls cannot overspend.
         refused = await contracts.check_and_count(
@@ -208,27 +233,22 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
             input_doc=input_doc, mask=mask, now=now)
         events = [_decision_event(caller, req, response, evaluation, mask), *gate_events]
         if response["effect"] == "allow":
-            ttl = min(result.permit_ttl_s or deps.settings.permit_ttl_s,
-                      deps.settings.max_permit_ttl_s)
             permit, permit_event = await permit_ledger.issue(
                 conn, deps.keyring, deps.settings, tenant=tenant,
                 run_id=req.run["id"], decision_id=decision_id, approval_id=None,
                 tool=tool_name, args_hash=a_hash, policy=evaluation.policy or {},
-                approvers=[], now=now, ttl_s=ttl, actor=actor_of(caller))
+                approvers=[], now=now, ttl_s=permit_ttl(result, deps.settings),
+                actor=actor_of(caller))
             response["permit"] = permit
             events.append(permit_event)
-        await conn.execute(decisions.insert().values(
-            id=decision_id, tenant=tenant, request_id=req.request_id,
-            request_hash=request_hash, run_id=req.run["id"], tool=tool_name,
-            args_hash=a_hash, effect=response["effect"], caller=caller.subject,
-            policy_id=(evaluation.policy or {}).get("id"),
-            policy_version=(evaluation.policy or {}).get("version"),
-            policy_revision=(evaluation.policy or {}).get("revision"),
-            response=response, created_at=now))
-        return LogWrite(tenant, [replace(e, time=now) for e in events], response)
+        await conn.execute(decisions.insert().values(**decision_row()))
+        return Write(tenant, [replace(e, time=now) for e in events], response)
 
+    # A run contract registered after the pre-read is caught by a later decision's
+    # check; the runtime registers it before the run's first call (start_run).
+    simple = run_state is None and result.effect in ("allow", "deny")
     try:
-        written: LogWrite = await deps.log_writer.submit(write)
+        written: Write = await deps.log_writer.submit(prepared() if simple else work)
     except UniqueViolation:
         # A concurrent retry with the same request_id won the insert: answer with it.
         async with deps.db.read() as conn:
