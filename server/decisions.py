@@ -145,12 +145,10 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
     tenant = caller.tenant
     a_hash = compute_args_hash(req.args)
     request_hash = hash_bytes(canonicalize(req.raw))
+    # No idempotency pre-read: the unique (tenant, request_id) key catches a retry when
+    # its write lands, and the stored first decision is answered then (rare path).
     async with deps.db.read() as conn:
-        row = await _existing(conn, tenant, req.request_id)
-        run_state = None if row is not None else await contracts.load(conn, tenant,
-                                                                      req.run["id"])
-    if row is not None:
-        return _replay(row, request_hash)
+        run_state = await contracts.load(conn, tenant, req.run["id"])
 
     snapshot = deps.store.snapshot
     now = deps.clock()
