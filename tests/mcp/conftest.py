@@ -60,6 +60,7 @@ class Cosigner:
     tenant: str
     runtime: str
     maintainer: str
+    auditor: str
 
     def pending(self) -> list[dict[str, Any]]:
         resp = httpx.get(f"{self.url}/v1/approvals", params={"status": "pending"},
@@ -74,8 +75,18 @@ class Cosigner:
                           json={"decision": decision, "comment": "looked at the diff"},
                           timeout=10)
 
-    def get(self, path: str, key: str | None = None) -> Any:
-        resp = httpx.get(f"{self.url}{path}", timeout=10,
+    def events(self, type: str) -> list[dict[str, Any]]:
+        """Decision-log events of this tenant of one type (auditor key)."""
+        page = self.get("/v1/audit/events", self.auditor, type=type, limit=500)
+        return list(page["events"])
+
+    def outcomes(self) -> list[tuple[str, str, str]]:
+        """(tool, outcome, side_effect) of every outcome report, in order."""
+        return [(e["tool"], e["payload"]["outcome"], e["payload"]["side_effect"])
+                for e in self.events("outcome.reported")]
+
+    def get(self, path: str, key: str | None = None, **params: Any) -> Any:
+        resp = httpx.get(f"{self.url}{path}", timeout=10, params=params,
                          headers={"Authorization": f"Bearer {key or self.runtime}"})
         resp.raise_for_status()
         return resp.json()
@@ -86,7 +97,7 @@ def make_keys(database_url: str, tenant: str) -> dict[str, str]:
         db = Database(database_url)
         try:
             keys = {}
-            for name in ("runtime", "maintainer"):
+            for name in ("runtime", "maintainer", "auditor"):
                 keys[name], _ = await create_api_key(db, tenant=tenant, roles=[name],
                                                      subject=f"{name}-1", clock=system_clock)
             return keys

@@ -9,6 +9,7 @@ server, not this tap). Stdout and stderr are the server's own. Exits with its st
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -40,4 +41,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    os._exit(main())  # not sys.exit: the pump thread may still hold stdin's lock

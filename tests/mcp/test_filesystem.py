@@ -96,6 +96,7 @@ async def test_write_waits_for_a_maintainer_then_writes_once(
     assert approval["review_url"] in (progress[0][2] or "")
     state = cosigner.get(f"/v1/approvals/{approval['id']}")
     assert state["status"] == "approved"
+    assert cosigner.outcomes() == [("filesystem.write_file", "ok", "committed")]
 
 
 @pytest.mark.parametrize("tool, args", [

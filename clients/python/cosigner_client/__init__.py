@@ -31,9 +31,9 @@ from cosigner_client.models import (
 )
 
 __all__ = [
-    "Approval", "AsyncGate", "CallRefused", "CallResult", "Catalogue", "Decision", "Gate", "GateError",
-    "GateUnavailable", "InvalidArguments", "OutcomeReport", "Permit", "Reason", "Redemption",
-    "Run", "ServerRefused", "ToolCall", "args_hash", "canonicalize", "from_anthropic",
-    "from_openai", "parse_json",
+    "Approval", "AsyncGate", "CallRefused", "CallResult", "Catalogue", "Decision", "Gate",
+    "GateError", "GateUnavailable", "InvalidArguments", "OutcomeReport", "Permit", "Reason",
+    "Redemption", "Run", "ServerRefused", "ToolCall", "args_hash", "canonicalize",
+    "from_anthropic", "from_openai", "parse_json",
 ]
 __version__ = "0.1.0"

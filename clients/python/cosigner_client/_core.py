@@ -43,8 +43,8 @@ from cosigner_client.errors import (
 from cosigner_client.models import (
     Approval,
     CallResult,
-    Catalogue,
     CallStatus,
+    Catalogue,
     Decision,
     Outcome,
     OutcomeReport,

@@ -39,7 +39,11 @@ Progress = Callable[[float, float | None, str], Awaitable[None]]
 
 
 class ServerGone(Exception):
-    """The MCP server is not running (never started, exited, crashed)."""
+    """The MCP server is not running (exited, crashed). ``sent``: the call had reached it."""
+
+    def __init__(self, why: str, *, sent: bool = False) -> None:
+        super().__init__(why)
+        self.sent = sent
 
 
 @dataclass
@@ -116,7 +120,9 @@ async def _execute(gate: AsyncGate, request: JSONRPCRequest, tool: str, decision
     try:
         reply = await forward(request)
     except ServerGone as exc:
-        await _report(gate, decision, "error", "unknown")
+        await _report(gate, decision, "error", "unknown" if exc.sent else "not_executed")
+        if not exc.sent:
+            return results.server_down(request.id, tool, str(exc))
         return results.server_lost(request.id, tool, str(exc), decision)
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):

@@ -132,6 +132,8 @@ async def serve(config: GateConfig) -> int:
         except OSError as exc:
             log.error("cannot start the MCP server %r: %s", config.command[0], exc)
             return 1
+        finally:
+            await to_client.aclose()  # ends stdio_server's writer, so the gate can exit
     return 0
 
 

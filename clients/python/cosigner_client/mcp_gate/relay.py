@@ -79,6 +79,7 @@ class Relay:
         self._to_server = to_server
         self._server_name = server_name
         self._down: str | None = None
+        self._closing = False
         self._held: dict[RequestId, _Held] = {}
         self._forwarded: dict[RequestId, str] = {}  # other client requests: id → method
 
@@ -88,6 +89,7 @@ class Relay:
             tg.start_soon(self._pump_server, from_server)
             async for item in from_client:
                 await self._from_client(tg, item)
+            self._closing = True
             tg.cancel_scope.cancel()  # the client is gone: nobody to answer
 
     # ------------------------------------------------------------------ client → server
@@ -131,9 +133,9 @@ class Relay:
                     reply: Reply = results.server_down(request.id, str(name), self._down)
                 else:
                     try:
-                        reply = await gate_call(self._gate, self._settings, request,
-                                                server=self._server_name, forward=lambda r: self._forward(r, held),
-                                                progress=progress)
+                        reply = await gate_call(
+                            self._gate, self._settings, request, server=self._server_name,
+                            forward=lambda r: self._forward(r, held), progress=progress)
                     except Exception as exc:  # noqa: BLE001 - any gate fault: fail closed
                         log.exception("gate error on tools/call")
                         name = (request.params or {}).get("name")
@@ -150,7 +152,7 @@ class Relay:
         await self._send_server(request)
         await held.done.wait()
         if held.reply is None:
-            raise ServerGone(self._down or "no reply")
+            raise ServerGone(self._down or "no reply", sent=True)
         return held.reply
 
     def _progress_sender(self, token: Any) -> Callable[[float, float | None, str],
@@ -220,7 +222,7 @@ class Relay:
         return msg.model_copy(update={"result": {**msg.result, "tools": kept}})
 
     async def _server_gone(self, why: str) -> None:
-        if self._down is not None:
+        if self._down is not None or self._closing:
             return
         self._down = why
         log.error("MCP server stopped (%s); tool calls are refused from now on", why)

@@ -53,14 +53,15 @@ def denied(request_id: RequestId, tool: str, decision: Decision) -> JSONRPCRespo
 def not_approved(request_id: RequestId, tool: str, decision: Decision, approval: Approval,
                  *, waited_s: float) -> JSONRPCResponse:
     """Rejected, expired, cancelled, still pending after the wait, or not followable."""
-    facts = {"reasons": reason_codes(decision), "decision_id": decision.decision_id,
+    codes = reason_codes(decision)
+    facts = {"reasons": codes, "decision_id": decision.decision_id,
              "approval_id": approval.id, "review_url": approval.review_url}
     review = f" Review: {approval.review_url}" if approval.review_url else ""
     if approval.status == "pending":
         code = approval.error.code if approval.error else "timeout"
         if code == "timeout":
             text = (f"{tool} needs approval ({requirement(approval)}; reasons "
-                    f"{', '.join(facts['reasons'])}) and is still pending after "
+                    f"{', '.join(codes)}) and is still pending after "
                     f"{waited_s:.0f} s.{review} The call was not run; call it again with the "
                     "same arguments once it is approved.")
             return tool_error(request_id, text, code="approval_pending", **facts)
