@@ -60,6 +60,13 @@ class Caller:
         return self.roles - BUILTIN_ROLES
 
 
+def is_approver_role(role: str) -> bool:
+    """True when ``role`` is a role an approval requirement may name: a valid role name and
+    not a built-in API role (``runtime``, ``auditor``, ``admin`` grant API access, never the
+    right to approve; a requirement naming ``runtime`` would let agents approve agents)."""
+    return bool(_ROLE_RE.match(role)) and role not in BUILTIN_ROLES
+
+
 def validate_roles(roles: list[str]) -> list[str]:
     """Normalise and check role names; raises :class:`InvalidRequest`."""
     cleaned = sorted({r.strip() for r in roles})

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from server.errors import PolicyError
+from server.principals import is_approver_role
 
 Effect = Literal["allow", "deny", "require_approval"]
 DistinctFrom = Literal["initiator", "previous", "initiator_and_previous"]
@@ -86,7 +87,8 @@ def parse_requirement(raw: Any) -> ApprovalRequirement:
     """Validate an approval requirement object; raises :class:`PolicyError`.
 
     An empty or missing ``require`` list is an error, never "anyone may approve"
-    (DESIGN invariant 6, case K15).
+    (DESIGN invariant 6, case K15); so is a role that is not an approver role (a built-in
+    ``runtime``/``auditor``/``admin`` role, or a name no principal can hold).
     """
     if not isinstance(raw, dict) or not set(raw) <= _APPROVAL_KEYS:
         raise PolicyError("approval must be an object with require, timeout_ms, distinct_from")
@@ -100,6 +102,10 @@ def parse_requirement(raw: Any) -> ApprovalRequirement:
         role, count = group.get("role"), group.get("count", 1)
         if not isinstance(role, str) or not role.strip() or not _is_int(count) or count < 1:
             raise PolicyError("approval.require entries need a role name and count >= 1")
+        if not is_approver_role(role):
+            raise PolicyError(f"approval.require names {role[:64]!r}, which is not an "
+                              "approver role (built-in roles runtime, auditor and admin "
+                              "never approve)")
         parsed.append(RoleGroup(role=role, count=count))
     if len({g.role for g in parsed}) != len(parsed):
         raise PolicyError("approval.require names a role twice")
