@@ -6,34 +6,38 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+#: Text that reaches a database text column: any character but NUL (PostgreSQL text cannot
+#: hold it; one such value would fail the whole group-commit batch it lands in).
+TEXT_PATTERN = r"^[^\x00]*$"
+
 
 class Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class RunRefV1(Wire):
-    id: str = Field(min_length=1, max_length=256)
+    id: str = Field(min_length=1, max_length=256, pattern=TEXT_PATTERN)
     step: int | None = Field(default=None, ge=0)
-    trace_id: str | None = Field(default=None, max_length=256)
+    trace_id: str | None = Field(default=None, max_length=256, pattern=TEXT_PATTERN)
 
 
 class PartyV1(Wire):
     """A principal (on whose behalf) or initiator (who proposed), attested by the runtime."""
 
-    id: str = Field(min_length=1, max_length=256)
-    type: str = Field(default="user", min_length=1, max_length=64)
+    id: str = Field(min_length=1, max_length=256, pattern=TEXT_PATTERN)
+    type: str = Field(default="user", min_length=1, max_length=64, pattern=TEXT_PATTERN)
 
 
 class ToolRefV1(Wire):
     name: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:/-]+$")
-    version: str | None = Field(default=None, max_length=64)
+    version: str | None = Field(default=None, max_length=64, pattern=TEXT_PATTERN)
     side_effect: Literal["none", "read", "write", "financial", "destructive"] | None = None
 
 
 class DecisionRequestV1(Wire):
     """Ask whether a proposed tool call may run. ``tenant`` comes from the API key."""
 
-    request_id: str = Field(min_length=1, max_length=256,
+    request_id: str = Field(min_length=1, max_length=256, pattern=TEXT_PATTERN,
                             description="Client-chosen idempotency key.")
     run: RunRefV1
     principal: PartyV1

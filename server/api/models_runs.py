@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from server.api.models import Wire
+from server.api.models import TEXT_PATTERN, Wire
 
 _TOOL = r"^[A-Za-z0-9_.:/-]+$"
 _MAX_SAFE = 2**53 - 1
@@ -24,7 +24,7 @@ class RunContractV1(Wire):
     """Register what a run may do. Identical re-registration is idempotent; any other
     contract for the same run is refused (409 ``contract_conflict``)."""
 
-    run_id: str = Field(min_length=1, max_length=256)
+    run_id: str = Field(min_length=1, max_length=256, pattern=TEXT_PATTERN)
     allowed_tools: list[str] | None = Field(
         default=None, max_length=1000, description="Tool names; omitted/null = any tool.")
     tool_limits: dict[str, int] = Field(

@@ -3,6 +3,7 @@ masking at rest, one tenant's unstorable value poisoning a shared group-commit b
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,3 +35,31 @@ async def test_k15_requirement_naming_a_builtin_or_invalid_role_is_a_policy_erro
     async with sh.db.read() as conn:
         assert (await conn.execute(select(approvals.c.id).where(
             approvals.c.tenant == tenant))).first() is None
+
+
+@pytest.mark.parametrize("field", ["request_id", "run", "principal", "initiator", "trace",
+                                   "tool_version"])
+async def test_nul_in_an_id_is_422_and_never_sinks_other_tenants_batch(
+        sh: Harness, tenant: str, field: str) -> None:
+    # PostgreSQL text cannot hold NUL. Such an id used to reach the shared group-commit
+    # batch, fail its bulk insert and answer 503 to every decision in it, other tenants'
+    # included. It is refused at the wire now (422), like the approval texts.
+    runtime = await sh.headers(tenant, "runtime", subject="orchestrator")
+    neighbour = await sh.headers(f"{tenant}-n", "runtime", subject="orchestrator")
+    poison = scripted({"effect": "allow"}, request_id="req-\x00")
+    if field != "request_id":
+        poison = scripted({"effect": "allow"})
+        if field == "run":
+            poison["run"] = {"id": "run-\x00"}
+        elif field == "trace":
+            poison["run"] = {"id": "run-1", "trace_id": "t\x00"}
+        elif field == "tool_version":
+            poison["tool"] = {"name": "delete_file", "version": "1\x00"}
+        else:
+            poison[field] = {"id": "someone\x00", "type": "user"}
+    answers = await asyncio.gather(
+        sh.client.post("/v1/decisions", headers=runtime, json=poison),
+        *[sh.client.post("/v1/decisions", headers=neighbour,
+                         json=scripted({"effect": "allow"})) for _ in range(20)])
+    assert (answers[0].status_code, answers[0].json()["code"]) == (422, "validation_failed")
+    assert [a.status_code for a in answers[1:]] == [200] * 20
