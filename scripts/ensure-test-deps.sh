@@ -11,3 +11,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The npm MCP server the gate tests wrap, pinned by tests/mcp/package-lock.json
+# (tests/mcp/conftest.py runs the same `npm ci` when this script was skipped).
+if [ ! -f "$(dirname "$0")/../tests/mcp/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" ]; then
+  (cd "$(dirname "$0")/../tests/mcp" && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from server.clock import system_clock
 from server.db.database import Database
 from server.principals import create_api_key
-from tests.conftest import ROOT
+from tests.conftest import ROOT, LiveServer, free_port
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -106,8 +106,8 @@ def make_keys(database_url: str, tenant: str) -> dict[str, str]:
     return asyncio.run(run())
 
 
-def filesystem_bundle(dest: Path, *, root: Path, tenant: str) -> Path:
-    """rego/mcp_filesystem as shipped, with its root set to ``root`` and its tenant."""
+def filesystem_bundle(dest: Path, *, root: Path, tenant: str = "*") -> Path:
+    """rego/mcp_filesystem as shipped, with its root set to ``root`` and its tenants."""
     bundle = dest / "mcp_filesystem"
     shutil.copytree(ROOT / "rego" / "mcp_filesystem", bundle)
     (bundle / "roots.rego").write_text(
@@ -119,15 +119,42 @@ def filesystem_bundle(dest: Path, *, root: Path, tenant: str) -> Path:
     return dest
 
 
-@pytest.fixture
-def cosigner_factory(live_server_factory: Callable[..., Any], database_url: str,
-                     tenant: str) -> Callable[[Path], Cosigner]:
-    """``cosigner_factory(bundle_dir)``: a live server loading only ``bundle_dir``."""
-    def make(bundle_dir: Path) -> Cosigner:
-        server = live_server_factory(COSIGNER_BUNDLE_DIRS=json.dumps([str(bundle_dir)]),
-                                     COSIGNER_PUBLIC_URL="https://cosigner.example")
-        return Cosigner(url=server.url, tenant=tenant, **make_keys(database_url, tenant))
-    return make
+@pytest.fixture(scope="module")
+def module_server(db_kind: str, pg_url: str | None, sqlite_template: Path,
+                  tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[Callable[[Path], tuple[str, str]]]:
+    """``module_server(bundle_dir)`` → ``(url, database_url)``: one ``cosigner serve`` per
+    test module (starting one costs seconds) loading only ``bundle_dir``; tests stay
+    apart by tenant."""
+    servers: list[LiveServer] = []
+
+    def start(bundle_dir: Path) -> tuple[str, str]:
+        tmp = tmp_path_factory.mktemp("mcp-live")
+        if db_kind == "postgres":
+            assert pg_url is not None
+            database_url = pg_url
+        else:
+            shutil.copy(sqlite_template, tmp / "cosigner.db")
+            database_url = f"sqlite+aiosqlite:///{tmp / 'cosigner.db'}"
+        env = {**os.environ, "COSIGNER_DATABASE_URL": database_url,
+               "COSIGNER_KEY_DIR": str(tmp / "keys"),
+               "COSIGNER_BUNDLE_DIRS": json.dumps([str(bundle_dir)]),
+               "COSIGNER_PUBLIC_URL": "https://cosigner.example",
+               "COSIGNER_LOG_LEVEL": "warning"}
+        server = LiveServer(env, free_port())
+        server.start()
+        servers.append(server)
+        return server.url, database_url
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def cosigner_for(shared: tuple[str, str], tenant: str) -> Cosigner:
+    """The module's server with keys for this test's own tenant."""
+    url, database_url = shared
+    return Cosigner(url=url, tenant=tenant, **make_keys(database_url, tenant))
 
 
 class Tap:

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp_types import CallToolResult, TextContent
 
-from tests.mcp.conftest import Cosigner, Tap, filesystem_bundle, gate_session
+from tests.mcp.conftest import Cosigner, Tap, cosigner_for, filesystem_bundle, gate_session
 
 pytestmark = pytest.mark.timeout(120)
 GATE = ("--server-name", "filesystem", "--progress-interval", "0.5")
@@ -28,20 +29,27 @@ def text(result: Any) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
 
 
-@pytest.fixture
-def space(tmp_path: Path) -> Path:
-    space = tmp_path / "space"
-    (space / "root").mkdir(parents=True)
+@pytest.fixture(scope="module")
+def space(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The server's directory; the policy's root is ``space/root`` (shared by the
+    module's tests, each writing its own file names)."""
+    space = tmp_path_factory.mktemp("space")
+    (space / "root").mkdir()
     (space / "root" / "notes.txt").write_text("charged twice: ord_8472\n")
     (space / "secret.txt").write_text("outside the root\n")
     return space
 
 
+@pytest.fixture(scope="module")
+def shared(module_server: Callable[[Path], tuple[str, str]], space: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    return module_server(filesystem_bundle(tmp_path_factory.mktemp("bundles"),
+                                           root=space / "root"))
+
+
 @pytest.fixture
-def cosigner(cosigner_factory: Callable[[Path], Cosigner], tmp_path: Path, space: Path,
-             tenant: str) -> Cosigner:
-    return cosigner_factory(filesystem_bundle(tmp_path / "bundles", root=space / "root",
-                                              tenant=tenant))
+def cosigner(shared: tuple[str, str], tenant: str) -> Cosigner:
+    return cosigner_for(shared, tenant)
 
 
 async def test_allowed_read_returns_the_real_file(cosigner: Cosigner, space: Path,
@@ -121,6 +129,17 @@ async def test_denied_paths_never_reach_the_server(cosigner: Cosigner, space: Pa
     assert tap.tool_calls() == []  # the server was never sent a tools/call
 
 
+async def test_arguments_outside_the_catalogue_schema_are_refused(
+        cosigner: Cosigner, space: Path, filesystem_server: list[str], tap: Tap) -> None:
+    server = tap.command([*filesystem_server, str(space)])
+    async with gate_session(cosigner.url, cosigner.runtime, server, *GATE) as session:
+        result = await session.call_tool("read_text_file", {
+            "path": str(space / "root" / "notes.txt"), "also": str(space / "secret.txt")})
+    assert result.is_error and "refused to decide" in text(result)
+    assert result.meta is not None and result.meta["cosigner"]["code"] == "invalid_args"
+    assert tap.tool_calls() == []
+
+
 async def test_rejected_write_is_a_tool_error_and_writes_nothing(
         cosigner: Cosigner, space: Path, filesystem_server: list[str], tap: Tap) -> None:
     target = space / "root" / "nope.txt"
@@ -162,3 +181,21 @@ async def test_pending_approval_times_out_with_the_review_link_then_resumes(
     assert not again.is_error, text(again)
     assert target.read_text() == "approved after the wait\n"
     assert len(tap.tool_calls()) == 1 and cosigner.pending() == []
+
+
+async def test_client_cancelling_a_pending_call_stops_it(
+        cosigner: Cosigner, space: Path, filesystem_server: list[str], tap: Tap) -> None:
+    target = space / "root" / "cancelled.txt"
+    server = tap.command([*filesystem_server, str(space)])
+    async with gate_session(cosigner.url, cosigner.runtime, server, *GATE) as session:
+        with anyio.move_on_after(3) as waiting:  # abandoning sends notifications/cancelled
+            await session.call_tool("write_file", {"path": str(target), "content": "x"})
+        assert waiting.cancelled_caught
+        [pending] = cosigner.pending()
+        assert cosigner.review(pending["id"]).status_code == 200
+        await asyncio.sleep(1.5)  # an uncancelled gate would redeem and write now
+        read = await session.call_tool("read_text_file",
+                                       {"path": str(space / "root" / "notes.txt")})
+        assert not read.is_error  # the session goes on
+    assert not target.exists()
+    assert [c["name"] for c in tap.tool_calls()] == ["read_text_file"]

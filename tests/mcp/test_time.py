@@ -16,7 +16,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import free_port
-from tests.mcp.conftest import Cosigner, Tap, gate_session
+from tests.mcp.conftest import Cosigner, Tap, cosigner_for, gate_session
 from tests.mcp.test_filesystem import text
 
 pytestmark = pytest.mark.timeout(120)
@@ -24,14 +24,15 @@ GATE = ("--server-name", "time", "--progress-interval", "0.5")
 TROLL = {"timezone": "Antarctica/Troll"}  # needs a maintainer in this test's policy
 
 
-@pytest.fixture
-def cosigner(cosigner_factory: Callable[[Path], Cosigner], tmp_path: Path,
-             tenant: str) -> Cosigner:
-    bundle = tmp_path / "bundles" / "time"
-    bundle.mkdir(parents=True)
+@pytest.fixture(scope="module")
+def shared(module_server: Callable[[Path], tuple[str, str]],
+           tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    bundles = tmp_path_factory.mktemp("bundles")
+    bundle = bundles / "time"
+    bundle.mkdir()
     (bundle / "manifest.toml").write_text(
-        f'id = "time-test"\nversion = "1"\nengine = "python"\nentrypoint = "decide"\n'
-        f'tenants = ["{tenant}"]\ncatalogue = "tools.yaml"\n')
+        'id = "time-test"\nversion = "1"\nengine = "python"\nentrypoint = "decide"\n'
+        'tenants = ["*"]\ncatalogue = "tools.yaml"\n')
     (bundle / "tools.yaml").write_text(json.dumps({"tools": {"time.get_current_time": {
         "side_effect": "read", "schema": {
             "type": "object", "properties": {"timezone": {"type": "string"}},
@@ -43,7 +44,12 @@ def cosigner(cosigner_factory: Callable[[Path], Cosigner], tmp_path: Path,
         "                'approval': {'require': [{'role': 'maintainer', 'count': 1}],\n"
         "                             'timeout_ms': 60000, 'distinct_from': 'initiator'}}\n"
         "    return {'effect': 'allow', 'reasons': [{'code': 'clock'}]}\n")
-    return cosigner_factory(tmp_path / "bundles")
+    return module_server(bundles)
+
+
+@pytest.fixture
+def cosigner(shared: tuple[str, str], tenant: str) -> Cosigner:
+    return cosigner_for(shared, tenant)
 
 
 async def test_allowed_call_returns_the_servers_answer(cosigner: Cosigner,
@@ -136,8 +142,7 @@ async def test_server_crash_while_waiting_for_approval_runs_nothing(
 
 
 async def test_cosigner_down_is_a_tool_error_and_the_server_is_never_called(
-        cosigner: Cosigner, time_server: list[str], tap: Tap,
-        live_server_factory: Any) -> None:
+        cosigner: Cosigner, time_server: list[str], tap: Tap) -> None:
     nothing = f"http://127.0.0.1:{free_port()}"  # no Cosigner listens here
     async with gate_session(nothing, cosigner.runtime, tap.command(time_server),
                             *GATE, "--timeout", "1") as session:

@@ -13,6 +13,7 @@ from typing import Any
 
 from mcp_types import JSONRPCResponse, RequestId
 
+from cosigner_client.errors import GateUnavailable
 from cosigner_client.models import Approval, Decision
 
 META_KEY = "cosigner"
@@ -39,9 +40,12 @@ def requirement(approval: Approval) -> str:
 
 def denied(request_id: RequestId, tool: str, decision: Decision) -> JSONRPCResponse:
     codes = reason_codes(decision)
-    if decision.error is not None and decision.decision_id is None:
+    if isinstance(decision.error, GateUnavailable):
         text = (f"Cosigner could not be asked about {tool} ({decision.error.code}: "
                 f"{decision.error.detail}). The call was not run (fail closed).")
+    elif decision.error is not None and decision.decision_id is None:
+        text = (f"Cosigner refused to decide on {tool} ({decision.error.code}: "
+                f"{decision.error.detail}). The call was not run.")
     else:
         why = "; ".join(f"{r.code}: {r.message}" if r.message else r.code
                         for r in decision.reasons)
