@@ -32,6 +32,7 @@ from server.approvals import (
     reviews_of,
 )
 from server.audit.chain import Event, append
+from server.audit.masking import mask_value
 from server.canonical import canonicalize
 from server.db.tables import decisions
 from server.db.tables_approvals import approvals
@@ -99,7 +100,9 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
         stmt = insert(approvals).values(
             id=approval_id, tenant=call.tenant, kind=kind, decision_id=call.decision_id,
             run_id=call.run_id, tool=call.tool, args_hash=call.args_hash,
-            args=canonicalize(call.args).decode(), mask=list(call.mask),
+            # Stored masked (invariant 10 at rest, like call_inputs); the hash binds.
+            args=canonicalize(mask_value(call.args, list(call.mask))).decode(),
+            mask=list(call.mask),
             requirement=requirement.as_dict(), status="pending", initiator=call.initiator,
             principal=call.principal, opened_by=opened_by, reasons=call.reasons,
             policy=call.policy, reason=reason, created_at=now, expires_at=expires_at,

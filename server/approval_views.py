@@ -1,9 +1,9 @@
 """What an approval request looks like to callers: state object, progress, masked args.
 
-Pure functions over stored rows. Arguments are stored exactly (canonical JSON); every display
-goes through :func:`display_args`, which replaces the policy's ``mask`` paths (RFC 6901 JSON
-pointers) and always-secret keys by :data:`MASK`, so masked values never appear in clear
-(invariant 10).
+Pure functions over stored rows. Arguments are stored canonical and already masked (so masked
+values are not in the database either); every display still goes through
+:func:`display_args`, which replaces the policy's ``mask`` paths (RFC 6901 JSON pointers) and
+always-secret keys by :data:`MASK`, so masked values never appear in clear (invariant 10).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from server.db.tables_approvals import approvals
-from tests.api.approval_helpers import decide, needs, scripted, write_scripted_bundle
+from tests.api.approval_helpers import decide, needs, review, scripted, write_scripted_bundle
 from tests.conftest import Harness
 
 
@@ -63,3 +63,30 @@ async def test_nul_in_an_id_is_422_and_never_sinks_other_tenants_batch(
                          json=scripted({"effect": "allow"})) for _ in range(20)])
     assert (answers[0].status_code, answers[0].json()["code"]) == (422, "validation_failed")
     assert [a.status_code for a in answers[1:]] == [200] * 20
+
+
+async def test_masked_values_of_an_approval_request_never_reach_the_database(
+        harness_factory: Callable[..., Any], tmp_path: Path, tenant: str) -> None:
+    # Invariant 10, at rest: the approval request's stored arguments are masked like the
+    # decision log and call_inputs; the page and the permit still agree on the args hash.
+    from tests.audit.test_masking_proof import SECRETS, masking_bundle, tables_holding
+
+    root = masking_bundle(tmp_path)
+    (root / "masking" / "rules.py").write_text(
+        'def decide(input):\n'
+        '    return {"effect": "require_approval", "mask": ["/note"], "approval": {\n'
+        '        "require": [{"role": "finance", "count": 1}], "timeout_ms": 60000}}\n')
+    h: Harness = await harness_factory(bundle_dirs=[root])
+    runtime = await h.headers(tenant, "runtime")
+    finance = await h.headers(tenant, "finance", subject="alice")
+    args = {"card_number": SECRETS["catalogue"], "note": SECRETS["policy"],
+            "api_key": SECRETS["always"], "amount_minor": 100}
+    decision = await decide(h, runtime, scripted({}, tool="charge_card", args=args))
+    approval_id = decision["approval"]["id"]
+    approved = (await review(h, finance, approval_id)).json()
+    assert approved["status"] == "approved"
+    assert approved["args"] == {"amount_minor": 100, "api_key": "•••", "card_number": "•••",
+                                "note": "•••"}
+    assert approved["args_hash"] == decision["args_hash"]
+    for name, secret in SECRETS.items():
+        assert await tables_holding(h, secret.split()[-1]) == set(), name
