@@ -1,8 +1,8 @@
 """Reference support-refund policy.
 
-Reads are allowed; ``issue_refund`` (with a known currency) is allowed up to 100000 minor units, needs one
-``finance`` approval above that, and is denied above 200000. Every other tool is
-denied. ``input`` is the decision input document (see README § Policy input).
+Reads are allowed; ``issue_refund`` (with a known currency) is allowed up to 100000
+minor units, needs one ``finance`` approval above that, and is denied above 200000.
+Every other tool is denied. ``input`` is the decision input document (see README § Policy input).
 """
 
 READ_TOOLS = frozenset({"get_order", "get_payment_events", "get_refund_status", "search_policy"})
@@ -26,8 +26,9 @@ def decide(input):
     amount = input["args"].get("amount_minor")
     # Missing, boolean or non-integer amounts never allow (case K03).
     if type(amount) is not int or amount < 1:
-        return {"effect": "deny", "reasons": [{"code": "invalid_amount",
-                                               "message": "amount_minor must be a positive integer"}]}
+        return {"effect": "deny",
+                "reasons": [{"code": "invalid_amount",
+                             "message": "amount_minor must be a positive integer"}]}
     # A missing or unknown currency never allows (case K03), catalogue or not.
     if input["args"].get("currency") not in CURRENCIES:
         return {"effect": "deny", "reasons": [{"code": "invalid_currency",
