@@ -367,15 +367,17 @@ async def expire_due(db: Database, now: datetime, *, limit: int = 500) -> int:
     count = 0
     async with db.transaction() as conn:
         by_tenant: dict[str, list[Event]] = {}
-        for item in due:
+        # Same lock order as every other writer: rows by (tenant, id), then log heads
+        # by tenant, so a sweep never forms a lock cycle with a decision batch.
+        for item in sorted(due, key=lambda d: (d.tenant, d.id)):
             row = await load(conn, item.tenant, item.id, lock=True)
             if row is not None and is_due(row, now):
                 events = await expire(conn, row, now, SYSTEM_ACTOR)
                 by_tenant.setdefault(row.tenant, []).extend(events)
                 count += len(events)
-        for tenant, events in by_tenant.items():
-            if events:
-                await append(conn, tenant, events, now=now)
+        for tenant in sorted(by_tenant):
+            if by_tenant[tenant]:
+                await append(conn, tenant, by_tenant[tenant], now=now)
     return count
 
 
