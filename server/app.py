@@ -51,7 +51,7 @@ class Services:
 
 async def build_services(settings: Settings, clock: Clock) -> Services:
     """Open the database, load the keyring and the policy bundles."""
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, busy_timeout_ms=settings.db_busy_timeout_ms)
     keyring = Keyring.load_or_create(settings.key_dir, now=clock(),
                                      max_token_lifetime_s=settings.max_permit_ttl_s)
     store = PolicyStore(settings.bundle_dirs, engine_factory=engine_factory(

@@ -77,7 +77,9 @@ def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item
         by_tenant: dict[str, list[Event]] = {}
         for item in written:
             by_tenant.setdefault(item.tenant, []).extend(item.events)
-        for tenant, events in by_tenant.items():
+        # Heads locked in one global order, so two replicas' batches form no lock cycle.
+        for tenant in sorted(by_tenant):
+            events = by_tenant[tenant]
             await append(conn, tenant, events, now=events[0].time or datetime.now(UTC))
 
     return GroupCommitter(savepoint_runner(db, finish=chain_events),
@@ -217,8 +219,13 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
                 tenant=tenant, decision_id=decision_id, input_doc=input_doc, mask=mask)))
         return Write(tenant, [replace(e, time=now) for e in events], response, rows)
 
+    initial = dict(response)
+
     async def work(conn: AsyncConnection) -> Write:
-        # Runs in the group-commit batch, under the write lock, in its own savepoint.
+        # Runs in the group-commit batch, under the write lock, in its own savepoint;
+        # again from the start when the batch is retried (deadlock broken by PostgreSQL).
+        response.clear()
+        response.update(initial)
         # Re-check and count the run contract here: concurrent calls cannot overspend.
         refused = await contracts.check_and_count(
             conn, tenant=tenant, run_id=req.run["id"], tool=tool_name, now=now,

@@ -58,6 +58,8 @@ class Settings(BaseSettings):
     #: first decision waits for others to join its batch (ms).
     log_batch_max: int = Field(default=64, ge=1, le=1000)
     log_batch_wait_ms: float = Field(default=1.0, ge=0, le=100)
+    #: SQLite: how long a write waits for the database lock before it fails (503, deny).
+    db_busy_timeout_ms: int = Field(default=10_000, ge=100, le=600_000)
     session_idle_timeout_s: int = Field(default=1800, ge=60)
     #: Secret for CSRF tokens and webhook signatures; generated per process when unset.
     web_secret: SecretStr | None = None

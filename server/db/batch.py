@@ -12,23 +12,39 @@ An item is either
 ``finish(conn, writes)`` then runs once for the items that succeeded (the decision log
 chains their events, one extension per tenant) and the batch commits. If a bulk insert
 collides with a unique key (a retry racing on another replica), the whole batch is
-redone item by item, each in a savepoint, so only the colliding item fails. Any other
-failure fails the batch, and :class:`server.db.group_commit.GroupCommitter` answers 503
+redone item by item, each in a savepoint, so only the colliding item fails. A batch that
+PostgreSQL aborts to break a deadlock with another replica is run again (items must be
+safe to re-run: nothing of the aborted attempt was committed). Any other failure fails
+the batch, and :class:`server.db.group_commit.GroupCommitter` answers 503
 to every waiter in it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Table
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from server.db.database import Database, UniqueViolation, _short
-from server.errors import CosignerError
+from server.db.database import (
+    RETRYABLE_SQLSTATES,
+    Database,
+    TransientConflict,
+    UniqueViolation,
+    _short,
+)
+from server.errors import CosignerError, Unavailable
+
+log = logging.getLogger("cosigner.db.batch")
+
+#: How often a batch aborted by a deadlock or serialization failure is run in all.
+TRANSIENT_ATTEMPTS = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +68,30 @@ def savepoint_runner(db: Database, *, finish: Finish
     """A ``run_batch`` for :class:`GroupCommitter` over :data:`Item` s."""
 
     async def run_batch(items: list[Item]) -> list[Any]:
-        try:
-            return await _run(items, bulk=True)
-        except UniqueViolation:
-            return await _run(items, bulk=False)
+        bulk, aborted = True, 0
+        while True:
+            try:
+                return await _run(items, bulk=bulk)
+            except UniqueViolation:
+                if not bulk:
+                    raise
+                bulk = False
+            except TransientConflict:
+                # PostgreSQL broke a lock cycle with another replica's transaction (e.g.
+                # two batches opening the same approvals in different orders): all of it
+                # rolled back, so run it again.
+                aborted += 1
+                if aborted >= TRANSIENT_ATTEMPTS:
+                    raise
+                # Jittered back-off, so the two batches do not meet in the same cycle again.
+                await asyncio.sleep(random.uniform(0, 0.02 * aborted))
+            except Unavailable:
+                # A bulk insert the database refused (one item's value) or an outage:
+                # redo item by item so only the culprit fails; an outage fails that
+                # pass too and every waiter gets 503.
+                if not bulk:
+                    raise
+                bulk = False
 
     async def _run(items: list[Item], *, bulk: bool) -> list[Any]:
         outcomes: list[Any] = []
@@ -73,6 +109,14 @@ def savepoint_runner(db: Database, *, finish: Finish
                             await conn.execute(table.insert(), values)
                 except IntegrityError as exc:
                     outcomes.append(UniqueViolation(_short(exc)))
+                    continue
+                except DBAPIError as exc:
+                    if exc.connection_invalidated or getattr(
+                            exc.orig, "sqlstate", None) in RETRYABLE_SQLSTATES:
+                        raise  # an outage, or a lock cycle: the whole batch is redone
+                    log.error("write refused by the database: %s", _short(exc))
+                    outcomes.append(Unavailable("the write was refused by the database",
+                                                code="storage_unavailable"))
                     continue
                 except CosignerError as exc:
                     outcomes.append(exc)

@@ -30,6 +30,16 @@ class UniqueViolation(Conflict):
     code = "conflict"
 
 
+#: PostgreSQL aborts one of two transactions that wait on each other (deadlock_detected,
+#: serialization_failure); nothing of the aborted one was written, so it may run again.
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+
+
+class TransientConflict(Unavailable):
+    """The database aborted the transaction to break a lock cycle; running it again is
+    safe. Still an :class:`Unavailable` (503) for callers that do not retry."""
+
+
 class Database:
     """An async engine plus the transaction helper every use case goes through."""
 
@@ -60,6 +70,11 @@ class Database:
         except IntegrityError as exc:
             raise UniqueViolation(_short(exc)) from exc
         except (SQLAlchemyError, OSError, ConnectionError) as exc:
+            if getattr(getattr(exc, "orig", None), "sqlstate", None) in RETRYABLE_SQLSTATES:
+                log.warning("database transaction aborted: %s", _short(exc))
+                raise TransientConflict("the transaction was aborted by a lock conflict; "
+                                        "nothing was recorded",
+                                        code="storage_unavailable") from exc
             log.error("database transaction failed: %s", _short(exc))
             raise Unavailable("the database is unavailable; nothing was recorded",
                               code="storage_unavailable") from exc
