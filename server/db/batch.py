@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Table
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server.db.database import (
@@ -85,11 +85,11 @@ def savepoint_runner(db: Database, *, finish: Finish
                     raise
                 # Jittered back-off, so the two batches do not meet in the same cycle again.
                 await asyncio.sleep(random.uniform(0, 0.02 * aborted))
-            except Unavailable:
-                # A bulk insert the database refused (one item's value) or an outage:
-                # redo item by item so only the culprit fails; an outage fails that
-                # pass too and every waiter gets 503.
-                if not bulk:
+            except Unavailable as exc:
+                # A bulk insert the database refused (one item's value): redo item by
+                # item so only the culprit fails. An outage (lock wait expired, I/O,
+                # connection lost) is answered 503 at once rather than waited out twice.
+                if not bulk or _is_outage(exc):
                     raise
                 bulk = False
 
@@ -138,3 +138,10 @@ async def _insert_prepared(conn: AsyncConnection, writes: list[Write]) -> None:
             by_table.setdefault(table, []).append(values)
     for table, rows in by_table.items():  # insertion order: parents before children
         await conn.execute(table.insert(), rows)
+
+
+def _is_outage(exc: BaseException) -> bool:
+    """True when the database, not one value, failed (OperationalError, lost connection)."""
+    cause = exc.__cause__
+    return not isinstance(cause, DBAPIError) or isinstance(cause, OperationalError) or bool(
+        cause.connection_invalidated)
