@@ -108,7 +108,7 @@ def savepoint_runner(db: Database, *, finish: Finish
                         for table, values in write.rows:
                             await conn.execute(table.insert(), values)
                 except IntegrityError as exc:
-                    outcomes.append(UniqueViolation(_short(exc)))
+                    outcomes.append(UniqueViolation.from_db(exc))
                     continue
                 except DBAPIError as exc:
                     if exc.connection_invalidated or getattr(

@@ -25,9 +25,17 @@ from server.errors import Conflict, Unavailable
 log = logging.getLogger("cosigner.db")
 
 class UniqueViolation(Conflict):
-    """A unique constraint fired (e.g. a concurrent insert of the same key)."""
+    """A unique constraint fired (e.g. a concurrent insert of the same key).
+
+    The detail is generic: constraint and column names stay in the server log.
+    """
 
     code = "conflict"
+
+    @classmethod
+    def from_db(cls, exc: BaseException) -> UniqueViolation:
+        log.info("unique constraint: %s", _short(exc))
+        return cls("the record already exists (a concurrent or repeated request)")
 
 
 #: PostgreSQL aborts one of two transactions that wait on each other (deadlock_detected,
@@ -68,7 +76,7 @@ class Database:
             async with self.engine.begin() as conn:
                 yield conn
         except IntegrityError as exc:
-            raise UniqueViolation(_short(exc)) from exc
+            raise UniqueViolation.from_db(exc) from exc
         except (SQLAlchemyError, OSError, ConnectionError) as exc:
             if getattr(getattr(exc, "orig", None), "sqlstate", None) in RETRYABLE_SQLSTATES:
                 log.warning("database transaction aborted: %s", _short(exc))
