@@ -61,8 +61,6 @@ class Settings(BaseSettings):
     #: SQLite: how long a write waits for the database lock before it fails (503, deny).
     db_busy_timeout_ms: int = Field(default=10_000, ge=100, le=600_000)
     session_idle_timeout_s: int = Field(default=1800, ge=60)
-    #: Secret for CSRF tokens and webhook signatures; generated per process when unset.
-    web_secret: SecretStr | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     #: Outgoing approval webhooks per tenant (``"*"``: every tenant), e.g.
     #: ``COSIGNER_WEBHOOKS='{"acme": [{"url": "https://hooks.example/x", "secret": "..."}]}'``.
