@@ -159,6 +159,9 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
     evaluation: Evaluation
     mask: tuple[str, ...] = ()
     spec = bundle.catalogue.lookup(tool_name) if bundle and bundle.catalogue else None
+    # One input document: what the policy evaluates is what redeem re-checks later.
+    input_doc = input_document(caller, req, now=isoformat(now), run_state=(
+        run_state.as_input() if run_state else None))
     off_contract = contracts.refusal(run_state, tool_name, now)  # before policy
     if off_contract is not None:
         evaluation = Evaluation(deny(off_contract.code, off_contract.message),
@@ -170,10 +173,7 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
         if spec is not None:
             spec.validate(req.args)  # raises InvalidArgs before any policy runs
             mask = tuple(spec.mask)
-        evaluation = await deps.store.evaluate(
-            tenant, input_document(caller, req, now=isoformat(now),
-                                   run_state=run_state.as_input() if run_state else None),
-            snapshot=snapshot)
+        evaluation = await deps.store.evaluate(tenant, input_doc, snapshot=snapshot)
     result = evaluation.result
     mask = mask + result.mask
     decision_id = str(uuid.uuid4())
@@ -189,9 +189,6 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
     }
     if result.effect == "require_approval" and result.approval is not None:
         response["approval"] = {"status": "pending", **result.approval.as_dict()}
-    input_doc = input_document(caller, req, now=isoformat(now), run_state=(
-        run_state.as_input() if run_state else None))
-
     def decision_row() -> dict[str, Any]:
         policy = evaluation.policy or {}
         return {"id": decision_id, "tenant": tenant, "request_id": req.request_id,
