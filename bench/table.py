@@ -88,6 +88,8 @@ def _cpu() -> str:
 
 
 def _peer_version() -> str:
+    if not (PEER_VENV / "bin" / "python").exists():
+        return "not installed"
     done = subprocess.run([str(PEER_VENV / "bin" / "python"), "-c",
                            "from importlib.metadata import version as v;"
                            "print(v('agent-governance-toolkit-core'))"],

@@ -52,7 +52,7 @@ async def list_events(
                         run_id=run_id, principal=principal, decision_id=decision_id,
                         approval_id=approval_id, policy_id=policy_id,
                         policy_version=policy_version)
-    async with services(request).deps.db.read() as conn:
+    async with services(request).deps.db.read(bulk=True) as conn:
         events, next_cursor = await query_events(conn, tenant=caller.tenant, where=where,
                                                  cursor=cursor, limit=limit)
     return {"events": events, "next_cursor": next_cursor}
@@ -64,7 +64,7 @@ async def list_checkpoints(request: Request, caller: CallerDep, cursor: str | No
     """Signed checkpoints of the caller's tenant, oldest first (auditor role)."""
     caller.require("auditor")
     after = decode_cursor(cursor) if cursor else 0
-    async with services(request).deps.db.read() as conn:
+    async with services(request).deps.db.read(bulk=True) as conn:
         found = await query_checkpoints(conn, tenant=caller.tenant, after_seq=after,
                                         limit=limit + 1)
     page = found[:limit]

@@ -83,7 +83,7 @@ async def plan_export(db: Database, keyring: Keyring, *, tenant: str,
     if until is None:
         head_cp = await checkpoint_now(db, keyring, tenant=tenant, now=now)
     ev, cp = audit_events.c, audit_checkpoints.c
-    async with db.read() as conn:
+    async with db.read(bulk=True) as conn:
         low, high = (await conn.execute(select(func.min(ev.seq), func.max(ev.seq))
                                         .where(ev.tenant == tenant))).one()
         empty = ExportRange(tenant, since, until, 1, 0, 0, GENESIS)
@@ -119,7 +119,7 @@ async def _batches(db: Database, rng: ExportRange, batch: int
     ev, cp = audit_events.c, audit_checkpoints.c
     after = rng.first_seq - 1
     while after < rng.last_seq:
-        async with db.read() as conn:
+        async with db.read(bulk=True) as conn:
             rows = (await conn.execute(
                 select(ev.seq, ev.body, ev.hash)
                 .where(ev.tenant == rng.tenant, ev.seq > after, ev.seq <= rng.last_seq)
@@ -144,7 +144,7 @@ async def export_jsonl(db: Database, rng: ExportRange, *, batch: int = BATCH
     yield json.dumps(rng.header(), ensure_ascii=False) + "\n"
     if rng.empty:
         return
-    async with db.read() as conn:
+    async with db.read(bulk=True) as conn:
         anchor = (await conn.execute(select(audit_checkpoints).where(
             audit_checkpoints.c.tenant == rng.tenant,
             audit_checkpoints.c.seq == rng.anchor_seq))).first()

@@ -11,15 +11,17 @@ A database that cannot be reached or written raises :class:`server.errors.Unavai
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import event, make_url, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from server.db.sqlite_inline import inline_creator
 from server.errors import Conflict, Unavailable
 
 log = logging.getLogger("cosigner.db")
@@ -51,18 +53,62 @@ class TransientConflict(Unavailable):
 class Database:
     """An async engine plus the transaction helper every use case goes through."""
 
-    def __init__(self, url: str, *, pool_size: int = 10, busy_timeout_ms: int = 10_000) -> None:
+    def __init__(self, url: str, *, pool_size: int | None = None,
+                 busy_timeout_ms: int = 10_000) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
-        kwargs: dict[str, Any] = {}
+        self._busy_timeout_ms = busy_timeout_ms
+        self._write_locks: dict[int, asyncio.Lock] = {}
         if not self.is_sqlite:
-            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
-                          pool_timeout=5)
+            size = pool_size or 10
+            self.engine: AsyncEngine = create_async_engine(
+                url, pool_size=size, max_overflow=size, pool_pre_ping=True, pool_timeout=5)
+            self.bulk_engine = self.engine
+            return
+        # Connections are opened once and kept: an overflow connection closed on every
+        # check-in made concurrent decisions open (thread + PRAGMAs) again and again.
+        size = pool_size or 32
+        pooling: dict[str, Any] = {"pool_size": size, "max_overflow": size,
+                                   "pool_timeout": busy_timeout_ms / 1000}
+        path = make_url(url).database or ""
+        if path and path != ":memory:":
+            # Statements on the loop thread, COMMIT and lock waits on aiosqlite's thread.
+            self.engine = create_async_engine(
+                url, async_creator=inline_creator(path, busy_timeout_ms=busy_timeout_ms),
+                **pooling)
         else:
-            kwargs.update(connect_args={"timeout": busy_timeout_ms / 1000})
-        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
-        if self.is_sqlite:
-            _configure_sqlite(self.engine, busy_timeout_ms)
+            self.engine = create_async_engine(
+                url, connect_args={"timeout": busy_timeout_ms / 1000}, **pooling)
+        # Long scans (audit export and search) stay off the loop thread.
+        self.bulk_engine = create_async_engine(
+            url, connect_args={"timeout": busy_timeout_ms / 1000}, pool_size=4,
+            max_overflow=4, pool_timeout=busy_timeout_ms / 1000)
+        _configure_sqlite(self.engine, busy_timeout_ms)
+        _configure_sqlite(self.bulk_engine, busy_timeout_ms)
+
+    @asynccontextmanager
+    async def _sqlite_writer(self) -> AsyncIterator[None]:
+        """One write transaction of this process at a time on SQLite (it has one writer
+        anyway): writers queue here in order instead of polling the file lock. Waiting
+        longer than the busy timeout is an outage, like SQLITE_BUSY."""
+        if not self.is_sqlite:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        lock = self._write_locks.get(id(loop))
+        if lock is None:
+            lock = self._write_locks[id(loop)] = asyncio.Lock()
+        try:
+            async with asyncio.timeout(self._busy_timeout_ms / 1000):
+                await lock.acquire()
+        except TimeoutError:
+            log.error("database transaction failed: write lock wait expired")
+            raise Unavailable("the database is busy; nothing was recorded",
+                              code="storage_unavailable") from None
+        try:
+            yield
+        finally:
+            lock.release()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
@@ -73,7 +119,7 @@ class Database:
             UniqueViolation: a unique constraint fired.
         """
         try:
-            async with self.engine.begin() as conn:
+            async with self._sqlite_writer(), self.engine.begin() as conn:
                 yield conn
         except IntegrityError as exc:
             raise UniqueViolation.from_db(exc) from exc
@@ -88,14 +134,17 @@ class Database:
                               code="storage_unavailable") from exc
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
+    async def read(self, *, bulk: bool = False) -> AsyncIterator[AsyncConnection]:
         """A read-only snapshot (SQLite: deferred BEGIN, so readers never queue on writers).
+
+        ``bulk``: the reads scan many rows (audit export, search); on SQLite they run on
+        a worker thread so the event loop keeps answering decisions meanwhile.
 
         Raises:
             Unavailable: the database cannot be reached.
         """
         try:
-            async with self.engine.connect() as conn:
+            async with (self.bulk_engine if bulk else self.engine).connect() as conn:
                 await conn.execution_options(cosigner_read=True)
                 yield conn
                 await conn.rollback()
@@ -114,6 +163,8 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self.bulk_engine is not self.engine:
+            await self.bulk_engine.dispose()
 
 
 def _short(exc: BaseException) -> str:
