@@ -33,12 +33,40 @@ from server.canonical import canonicalize, hash_bytes
 from server.clock import isoformat
 from server.db.database import Database, UniqueViolation
 from server.db.tables_runs import runs
-from server.errors import ContractConflict, InvalidRequest, NotFound
+from server.errors import ContractConflict, InvalidRequest, NotFound, Unavailable
 from server.policy.result import Reason
 from server.principals import Caller
 
-__all__ = ["RunState", "add_cost", "check_and_count", "get_run", "load", "refusal",
-           "register_contract"]
+__all__ = ["ContractedRuns", "RunContractFound", "RunState", "add_cost", "check_and_count",
+           "contracted", "get_run", "load", "refusal", "register_contract"]
+
+
+class RunContractFound(Unavailable):
+    """A decision taken on the assumption that its run has no contract met one inside the
+    write transaction: nothing was written; decide again with the contract. Internal to
+    :func:`server.decisions.decide` (were it ever to escape, it answers 503: deny)."""
+
+
+class ContractedRuns:
+    """``(tenant, run_id)`` pairs this process knows to have a contract.
+
+    Contracts are never removed or changed, so a pair once seen stays true; a pair not in
+    the set is only a guess, which the decision's write transaction confirms (see
+    :func:`contracted`). Bounded: at ``limit`` pairs the set starts again empty, which
+    costs a few decisions a second attempt, never a wrong answer.
+    """
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self._pairs: set[tuple[str, str]] = set()
+        self._limit = limit
+
+    def __contains__(self, pair: object) -> bool:
+        return pair in self._pairs
+
+    def add(self, tenant: str, run_id: str) -> None:
+        if len(self._pairs) >= self._limit:
+            self._pairs.clear()
+        self._pairs.add((tenant, run_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,14 +189,34 @@ async def load(conn: AsyncConnection, tenant: str, run_id: str, *,
     return _state(row) if row is not None else None
 
 
+async def contracted(conn: AsyncConnection, pairs: set[tuple[str, str]]
+                     ) -> set[tuple[str, str]]:
+    """Which of the ``(tenant, run_id)`` pairs have a contract (one query per 500)."""
+    found: set[tuple[str, str]] = set()
+    ordered = sorted(pairs)
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start:start + 500]
+        rows = await conn.execute(select(runs.c.tenant, runs.c.run_id).where(
+            runs.c.run_id.in_({run_id for _, run_id in chunk})))
+        found.update((row.tenant, row.run_id) for row in rows)
+    return found & pairs
+
+
 async def check_and_count(conn: AsyncConnection, *, tenant: str, run_id: str, tool: str,
-                          now: datetime, count: bool) -> Reason | None:
+                          now: datetime, count: bool, assumed_none: bool = False
+                          ) -> Reason | None:
     """Re-check the contract inside the decision's write transaction and count the call.
 
     Returns the refusal reason (nothing counted) or ``None``; when ``count`` is true the
     run's ``tool_calls`` and the tool's count go up by one. No contract → ``None``.
+
+    Raises:
+        RunContractFound: ``assumed_none`` (the decision was evaluated without a
+            contract) and the run has one.
     """
     state = await load(conn, tenant, run_id, for_update=True)
+    if state is not None and assumed_none:
+        raise RunContractFound("the run has a contract; decide again with it")
     reason = refusal(state, tool, now)
     if state is None or reason is not None or not count:
         return reason

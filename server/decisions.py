@@ -29,7 +29,7 @@ from server.db.database import Database, UniqueViolation
 from server.db.group_commit import GroupCommitter
 from server.db.tables import decisions, permits
 from server.db.tables_approvals import call_inputs
-from server.errors import IdempotencyConflict
+from server.errors import CosignerError, IdempotencyConflict
 from server.keys import Keyring
 from server.policy.result import PolicyResult, deny
 from server.policy.store import Evaluation, PolicyStore
@@ -59,6 +59,8 @@ class Deps:
 
     ``log_writer`` is the process's group committer for decision writes
     (:func:`decision_log_writer`); it is started and stopped by the app lifespan.
+    ``contracted_runs``: runs this process has seen a contract for (their decisions read
+    it before policy; any other decision assumes none and its write confirms that).
     """
 
     db: Database
@@ -67,6 +69,8 @@ class Deps:
     clock: Clock
     settings: Settings
     log_writer: GroupCommitter[Item] = field(repr=False)
+    contracted_runs: contracts.ContractedRuns = field(
+        default_factory=contracts.ContractedRuns, repr=False)
 
 
 def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item]:
@@ -82,7 +86,18 @@ def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item
             events = by_tenant[tenant]
             await append(conn, tenant, events, now=events[0].time or datetime.now(UTC))
 
-    return GroupCommitter(savepoint_runner(db, finish=chain_events),
+    async def no_contract(conn: AsyncConnection, written: list[Write]
+                          ) -> dict[int, CosignerError]:
+        # Decisions taken without a contract pre-read: confirm under the write lock that
+        # their run still has none, else they are decided again with it.
+        assumed = {item.assumes for item in written if item.assumes is not None}
+        if not assumed:
+            return {}
+        found = await contracts.contracted(conn, assumed)
+        return {i: contracts.RunContractFound("the run has a contract")
+                for i, item in enumerate(written) if item.assumes in found}
+
+    return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=no_contract),
                           max_batch=settings.log_batch_max,
                           max_wait_s=settings.log_batch_wait_ms / 1000)
 
@@ -144,13 +159,28 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
         IdempotencyConflict: ``request_id`` reused with different content (409).
         Unavailable: the decision could not be recorded (503; treat as deny).
     """
+    pair = (caller.tenant, req.run["id"])
+    try:
+        return await _decide(deps, caller, req, read_contract=pair in deps.contracted_runs)
+    except contracts.RunContractFound:
+        # Decided as if the run had no contract, but it has one: nothing was written.
+        deps.contracted_runs.add(*pair)
+        return await _decide(deps, caller, req, read_contract=True)
+
+
+async def _decide(deps: Deps, caller: Caller, req: DecisionRequest, *,
+                  read_contract: bool) -> dict[str, Any]:
     tenant = caller.tenant
     a_hash = compute_args_hash(req.args)
     request_hash = hash_bytes(canonicalize(req.raw))
     # No idempotency pre-read: the unique (tenant, request_id) key catches a retry when
     # its write lands, and the stored first decision is answered then (rare path).
-    async with deps.db.read() as conn:
-        run_state = await contracts.load(conn, tenant, req.run["id"])
+    run_state: contracts.RunState | None = None
+    if read_contract:
+        async with deps.db.read() as conn:
+            run_state = await contracts.load(conn, tenant, req.run["id"])
+    # Without a contract (read or assumed), the write confirms the run still has none.
+    assumes_none = (tenant, req.run["id"]) if run_state is None else None
 
     snapshot = deps.store.snapshot
     now = deps.clock()
@@ -214,7 +244,8 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
             rows.append((permits, permit_row))
             rows.append((call_inputs, permit_ledger.call_input_row(
                 tenant=tenant, decision_id=decision_id, input_doc=input_doc, mask=mask)))
-        return Write(tenant, [replace(e, time=now) for e in events], response, rows)
+        return Write(tenant, [replace(e, time=now) for e in events], response, rows,
+                     assumes=assumes_none)
 
     initial = dict(response)
 
@@ -226,7 +257,7 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
         # Re-check and count the run contract here: concurrent calls cannot overspend.
         refused = await contracts.check_and_count(
             conn, tenant=tenant, run_id=req.run["id"], tool=tool_name, now=now,
-            count=result.effect != "deny")
+            count=result.effect != "deny", assumed_none=assumes_none is not None)
         if refused is not None:
             response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
         # Stores the input for redeem-time re-evaluation; opens/joins the approval.
@@ -246,8 +277,6 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
         await conn.execute(decisions.insert().values(**decision_row()))
         return Write(tenant, [replace(e, time=now) for e in events], response)
 
-    # A run contract registered after the pre-read is caught by a later decision's
-    # check; the runtime registers it before the run's first call (start_run).
     simple = run_state is None and result.effect in ("allow", "deny")
     try:
         written: Write = await deps.log_writer.submit(prepared() if simple else work)

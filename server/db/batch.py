@@ -9,6 +9,8 @@ An item is either
   (run contracts, approval requests): it runs in its own SAVEPOINT, so if it fails only
   that item fails.
 
+A ``guard(conn, writes)`` may refuse prepared items first, inside the batch's transaction
+(decisions use it to confirm that the run they assumed had no contract still has none).
 ``finish(conn, writes)`` then runs once for the items that succeeded (the decision log
 chains their events, one extension per tenant) and the batch commits. If a bulk insert
 collides with a unique key (a retry racing on another replica), the whole batch is
@@ -50,20 +52,24 @@ TRANSIENT_ATTEMPTS = 6
 @dataclass(frozen=True, slots=True)
 class Write:
     """One use case's write: rows to insert, log ``events`` for ``finish``, and the
-    ``result`` its waiter receives once the batch committed."""
+    ``result`` its waiter receives once the batch committed. ``assumes``: what the
+    batch's ``guard`` must confirm before the rows go in (opaque here)."""
 
     tenant: str
     events: list[Any]
     result: Any
     rows: list[tuple[Table, dict[str, Any]]] = field(default_factory=list)
+    assumes: Any = None
 
 
 Work = Callable[[AsyncConnection], Awaitable[Write]]
 Item = Write | Work
 Finish = Callable[[AsyncConnection, list[Write]], Awaitable[None]]
+#: ``guard(conn, writes)`` → the indexes (into ``writes``) refused, with their errors.
+Guard = Callable[[AsyncConnection, list[Write]], Awaitable[dict[int, CosignerError]]]
 
 
-def savepoint_runner(db: Database, *, finish: Finish
+def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
                      ) -> Callable[[list[Item]], Awaitable[list[Any]]]:
     """A ``run_batch`` for :class:`GroupCommitter` over :data:`Item` s."""
 
@@ -97,10 +103,21 @@ def savepoint_runner(db: Database, *, finish: Finish
         outcomes: list[Any] = []
         done: list[Write] = []
         async with db.transaction() as conn:
-            for item in items:
+            refused: dict[int, CosignerError] = {}
+            if guard is not None:
+                prepared = [(i, item) for i, item in enumerate(items)
+                            if isinstance(item, Write)]
+                verdicts = await guard(conn, [item for _, item in prepared])
+                refused = {prepared[k][0]: exc for k, exc in verdicts.items()}
+            inserted: list[Write] = []
+            for index, item in enumerate(items):
+                if index in refused:
+                    outcomes.append(refused[index])
+                    continue
                 if bulk and isinstance(item, Write):
                     outcomes.append(item)
                     done.append(item)
+                    inserted.append(item)
                     continue
                 try:
                     async with conn.begin_nested():
@@ -124,7 +141,7 @@ def savepoint_runner(db: Database, *, finish: Finish
                 outcomes.append(write)
                 done.append(write)
             if bulk:
-                await _insert_prepared(conn, [i for i in items if isinstance(i, Write)])
+                await _insert_prepared(conn, inserted)
             await finish(conn, done)
         return outcomes
 

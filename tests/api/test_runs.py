@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from server import contracts
 from server.audit.chain import GENESIS, verify_bodies
 from server.clock import FrozenClock
 from server.db.tables import audit_events
@@ -122,6 +123,41 @@ async def test_tool_outside_contract_is_denied_and_logged(harness: Harness,
     assert made[-1]["payload"]["reasons"][0]["code"] == "outside_contract"
     # Runs without a contract are not restricted.
     assert (await decide(harness, headers, "run-free", "get_payment_events"))["effect"] == "allow"
+
+
+async def test_contract_registered_on_another_replica_is_enforced(harness: Harness,
+                                                                   tenant: str) -> None:
+    """A process that never saw the registration (another replica) decides without a
+    contract pre-read; the decision's write transaction finds the contract, writes
+    nothing, and the decision is taken again with it: on the prepared (allow/deny) path
+    and on the path that opens an approval request alike. Counted once."""
+    headers = await harness.headers(tenant, "runtime")
+    refund = {"order_id": "ord_8472", "amount_minor": 150000, "currency": "USD",
+              "reason_code": "duplicate_charge"}
+    first = await decide(harness, headers, "run-x", "issue_refund", refund)
+    assert first["effect"] == "require_approval"  # no contract yet: nothing restricts
+    await harness.client.post("/v1/runs", headers=headers, json=contract(
+        "run-x", tool_limits={"issue_refund": 1}))
+    deps = harness.services.deps
+
+    def forget() -> None:  # what a replica that did not register it knows
+        object.__setattr__(deps, "contracted_runs", contracts.ContractedRuns())
+
+    forget()
+    outside = await decide(harness, headers, "run-x", "get_payment_events")
+    assert (outside["effect"], outside["reasons"][0]["code"]) == ("deny", "outside_contract")
+    forget()
+    assert (await decide(harness, headers, "run-x", "issue_refund", refund)
+            )["effect"] == "require_approval"
+    forget()
+    again = await decide(harness, headers, "run-x", "issue_refund", {**refund,
+                                                                     "amount_minor": 150001})
+    assert (again["effect"], again["reasons"][0]["code"]) == ("deny", "budget_exhausted")
+    run = (await harness.client.get("/v1/runs/run-x", headers=headers)).json()
+    assert run["tool_calls"] == 1 and run["tool_counts"] == {"issue_refund": 1}
+    made = [e for e in await events_of(harness, tenant) if e["type"] == "decision.made"]
+    assert [e["effect"] for e in made] == ["require_approval", "deny", "require_approval",
+                                           "deny"]
 
 
 async def test_budget_and_tool_limit_exhaust(harness: Harness, tenant: str) -> None:
