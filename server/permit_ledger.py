@@ -8,6 +8,7 @@ Redeem re-evaluates the currently active policy on the input recorded at decisio
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from server.audit.chain import Event, append
 from server.audit.masking import mask_value
 from server.canonical import args_hash
 from server.clock import isoformat
+from server.db.batch import Write
 from server.db.group_commit import GroupCommitter
 from server.db.tables import permits as permits_table
 from server.db.tables_approvals import call_inputs, reviews
@@ -214,9 +216,10 @@ async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dic
     state in the server's database (never the token's word); the currently active policy
     on the recorded input; then ``UPDATE permits SET status='redeemed' WHERE jti=:jti AND
     status='issued'`` – of many concurrent redeems exactly one changes a row. Success and
-    every refusal are events (``permit.redeemed`` / ``permit.refused`` with the code);
-    refusals change no state, so they go through the ``refusals`` group committer when
-    given (one commit per batch; still durable before the error is raised).
+    every refusal are events (``permit.redeemed`` / ``permit.refused`` with the code).
+    The state change and its event go through the decision log's group committer
+    (``deps.log_writer``), refusals found before it through ``refusals`` when given: one
+    COMMIT per batch, and still durable before the answer or the error.
 
     Returns ``{status: "redeemed", jti, decision_id, approval_id, tool, args_hash,
     redeemed_at}``.
@@ -248,23 +251,26 @@ async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dic
         await _log(deps, refusals, caller.tenant,
                    _refusal_event(caller, exc, claims, tool, presented_hash), now)
         raise
-    refusal: PermitRefused | None = None
-    async with deps.db.transaction() as conn:
+    redeemed = claims
+
+    async def work(conn: AsyncConnection) -> Write:
+        # In the decision log's group commit: one COMMIT for many redeems and decisions.
         result = await conn.execute(permits_table.update().where(
-            permits_table.c.jti == claims.jti, permits_table.c.tenant == caller.tenant,
+            permits_table.c.jti == redeemed.jti, permits_table.c.tenant == caller.tenant,
             permits_table.c.status == "issued").values(status="redeemed", redeemed_at=now))
         if result.rowcount == 1:
-            await append(conn, caller.tenant,
-                         [_claims_event("permit.redeemed", caller, claims, {})], now=now)
-        else:  # a concurrent redeem won (or the permit was revoked meanwhile)
-            refusal = _state_refusal(await _permit_row(conn, caller.tenant, claims.jti,
-                                                       lock=False), now) or PermitRefused(
-                "the permit was already redeemed", code="already_redeemed")
-    if refusal is not None:
-        await _log(deps, refusals, caller.tenant,
-                   _claims_event("permit.refused", caller, claims, {"code": refusal.code}),
-                   now)
-        raise refusal
+            event = _claims_event("permit.redeemed", caller, redeemed, {})
+            return Write(caller.tenant, [replace(event, time=now)], None)
+        # A concurrent redeem won (or the permit was revoked meanwhile).
+        refusal = _state_refusal(await _permit_row(conn, caller.tenant, redeemed.jti,
+                                                   lock=False), now) or PermitRefused(
+            "the permit was already redeemed", code="already_redeemed")
+        event = _claims_event("permit.refused", caller, redeemed, {"code": refusal.code})
+        return Write(caller.tenant, [replace(event, time=now)], refusal)
+
+    written: Write = await deps.log_writer.submit(work)
+    if isinstance(written.result, PermitRefused):
+        raise written.result
     return {"status": "redeemed", "jti": claims.jti, "decision_id": claims.decision_id,
             "approval_id": claims.approval_id, "tool": claims.tool,
             "args_hash": claims.args_hash, "redeemed_at": isoformat(now)}
