@@ -15,6 +15,7 @@ sees and what the log keeps are masked by one rule.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 __all__ = ["ALWAYS_MASKED", "MASK", "is_always_masked", "mask_value", "mask_with_paths"]
@@ -27,6 +28,7 @@ _MASKED_SUFFIXES = ("_token", "_secret", "_password", "_api_key", "-token", "-se
                     "-password", "-api-key")
 
 
+@lru_cache(maxsize=4096)  # member names repeat from call to call
 def is_always_masked(key: str) -> bool:
     """True when an object member named ``key`` is masked at any depth."""
     lowered = key.lower()
@@ -66,28 +68,52 @@ def _mask_pointer(doc: Any, pointer: str) -> tuple[Any, bool]:
     return doc, False
 
 
-def _mask_keys(doc: Any, path: str, found: list[str]) -> Any:
+def _pointer(path: list[str], key: str) -> str:
+    return "".join(f"/{_escape(part)}" for part in (*path, key))
+
+
+def _mask_keys(doc: Any, path: list[str], found: list[str]) -> Any:
+    """``doc`` with always-masked members replaced: ``doc`` itself when nothing is masked
+    below it, else a copy that shares the unchanged parts. ``path``: the segments down to
+    ``doc`` (unescaped), turned into a pointer only for what is masked."""
+    changed: Any = None
     if isinstance(doc, dict):
-        out: dict[str, Any] = {}
         for key, value in doc.items():
-            child = f"{path}/{_escape(key)}"
             if is_always_masked(key):
                 if value != MASK:
-                    found.append(child)
-                out[key] = MASK
+                    found.append(_pointer(path, key))
+                new: Any = MASK
+            elif isinstance(value, dict | list):
+                path.append(key)
+                new = _mask_keys(value, path, found)
+                path.pop()
             else:
-                out[key] = _mask_keys(value, child, found)
-        return out
-    if isinstance(doc, list):
-        return [_mask_keys(v, f"{path}/{i}", found) for i, v in enumerate(doc)]
-    return doc
+                continue
+            if new is not value:
+                if changed is None:
+                    changed = dict(doc)
+                changed[key] = new
+    elif isinstance(doc, list):
+        for index, value in enumerate(doc):
+            if not isinstance(value, dict | list):
+                continue
+            path.append(str(index))
+            new = _mask_keys(value, path, found)
+            path.pop()
+            if new is not value:
+                if changed is None:
+                    changed = list(doc)
+                changed[index] = new
+    return doc if changed is None else changed
 
 
 def mask_with_paths(obj: Any, pointers: list[str] | tuple[str, ...] = ()
                     ) -> tuple[Any, list[str]]:
-    """A masked copy of ``obj`` and the sorted JSON pointers that were masked.
+    """``obj`` masked, and the sorted JSON pointers that were masked.
 
-    ``obj`` is never modified. Pointers that do not resolve are ignored (nothing to hide).
+    ``obj`` is never modified: the result is ``obj`` itself when nothing was masked, else
+    a copy sharing the unchanged parts (treat it as read-only). Pointers that do not
+    resolve are ignored (nothing to hide).
     """
     found: list[str] = []
     doc = obj
@@ -95,10 +121,11 @@ def mask_with_paths(obj: Any, pointers: list[str] | tuple[str, ...] = ()
         doc, hit = _mask_pointer(doc, pointer)
         if hit:
             found.append(pointer)
-    doc = _mask_keys(doc, "", found)
+    doc = _mask_keys(doc, [], found)
     return doc, sorted(set(found))
 
 
 def mask_value(obj: Any, pointers: list[str] | tuple[str, ...] = ()) -> Any:
-    """A copy of ``obj`` with ``pointers`` and always-masked keys replaced by :data:`MASK`."""
+    """``obj`` with ``pointers`` and always-masked keys replaced by :data:`MASK` (read-only;
+    see :func:`mask_with_paths`)."""
     return mask_with_paths(obj, pointers)[0]

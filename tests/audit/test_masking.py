@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from server.audit.masking import MASK, is_always_masked, mask_value, mask_with_paths
 
 
@@ -45,3 +51,38 @@ def test_always_masked_names() -> None:
         assert is_always_masked(key), key
     for key in ("max_tokens", "secretary_name", "author"):
         assert not is_always_masked(key), key
+
+
+def _reference(doc: Any, path: str, found: list[str]) -> Any:
+    """Always-masked keys, the obvious way: a full copy with every pointer built."""
+    if isinstance(doc, dict):
+        out = {}
+        for key, value in doc.items():
+            child = path + "/" + key.replace("~", "~0").replace("/", "~1")
+            if is_always_masked(key):
+                if value != MASK:
+                    found.append(child)
+                out[key] = MASK
+            else:
+                out[key] = _reference(value, child, found)
+        return out
+    if isinstance(doc, list):
+        return [_reference(v, f"{path}/{i}", found) for i, v in enumerate(doc)]
+    return doc
+
+
+_keys = st.sampled_from(["a", "token", "x/y", "m~n", "Api-Key", "client_secret", "0", ""])
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=3)
+                     | st.just(MASK),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(_keys, inner, max_size=4), max_leaves=20)
+
+
+@given(_json)
+def test_always_masked_keys_match_a_full_copy_walk_and_leave_the_input_alone(doc: Any) -> None:
+    before = copy.deepcopy(doc)
+    found: list[str] = []
+    expected = _reference(doc, "", found)
+    masked, paths = mask_with_paths(doc)
+    assert masked == expected and paths == sorted(set(found))
+    assert doc == before
