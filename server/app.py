@@ -7,6 +7,7 @@ the network (database engine, keyring, policy store) are built in the lifespan, 
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -81,6 +82,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         approvals_runtime = ApprovalRuntime(services.deps)
         services.extras["approvals"] = approvals_runtime
         await approvals_runtime.start()
+        _tune_gc()
         try:
             yield
         finally:
@@ -110,6 +112,17 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     web.install(app)
     _register_schemas(app)
     return app
+
+
+def _tune_gc() -> None:
+    """Fewer, cheaper garbage collections on the request path: what startup built
+    (modules, bundles, schemas, keys) moves out of the collector's view for good, and the
+    youngest generation is collected every 10,000 net allocations instead of 700 (a
+    request allocates thousands of objects). Measured in bench/README.md."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(10_000, older, oldest)
 
 
 def _start_webhook_worker(services: Services, settings: Settings, clock: Clock) -> Any:

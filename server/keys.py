@@ -103,6 +103,7 @@ class Keyring:
         key_dir: Path | None,
     ) -> None:
         self._signing_key = signing_key
+        self._headers: dict[tuple[str, str], bytes] = {}  # (kid, typ) → encoded header
         self._entries = entries
         self._current_kid = current_kid
         self._max_lifetime = timedelta(seconds=max_token_lifetime_s)
@@ -237,9 +238,17 @@ class Keyring:
 
         Protected header: exactly ``{"alg": "Ed25519", "kid": <current kid>, "typ": typ}``.
         """
-        header = {"alg": ALGORITHM, "kid": self._current_kid, "typ": typ}
-        payload = orjson.dumps(claims)
-        return jws.serialize_compact(header, payload, self._signing_key, algorithms=[ALGORITHM])
+        # RFC 7515 §7.1 composed here (the signature is cryptography's Ed25519, which is
+        # deterministic): joserfc's serialize_compact gives the same bytes, at several
+        # times the cost on the decision path (tests/test_keys.py compares the two).
+        key, kid = self._signing_key, self._current_kid
+        header = self._headers.get((kid, typ))
+        if header is None:
+            header = self._headers[(kid, typ)] = _b64url(orjson.dumps(
+                {"alg": ALGORITHM, "kid": kid, "typ": typ}))
+        signing_input = header + b"." + _b64url(orjson.dumps(claims))
+        signature = key.private_key.sign(signing_input)
+        return (signing_input + b"." + _b64url(signature)).decode("ascii")
 
     def verify(self, token: str, *, typ: str, now: datetime | None = None) -> dict[str, Any]:
         """Verify a compact JWS made by this keyring and return its claims.
@@ -302,6 +311,11 @@ def _utc(moment: datetime) -> datetime:
 
 def _is_published(entry: _Entry, now: datetime) -> bool:
     return entry.info.not_after is None or now < entry.info.not_after
+
+
+def _b64url(data: bytes) -> bytes:
+    """base64url without padding (RFC 7515 §2)."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=")
 
 
 def _generate_key() -> OKPKey:

@@ -96,6 +96,27 @@ def test_sign_verify_round_trip() -> None:
     assert keyring.verify(token, typ=TYP) == claims
 
 
+def test_sign_gives_the_bytes_of_the_jose_library_and_follows_rotation() -> None:
+    """sign() composes the compact JWS itself (hot path); Ed25519 is deterministic, so
+    joserfc's serialize_compact over the same header and payload must match byte for
+    byte, before and after a rotation (the header cache is per kid)."""
+    from joserfc import jws
+
+    keyring = Keyring.ephemeral(now=T0)
+    claims = {"sub": "x", "n": 1, "é": "ü"}
+    for _ in range(2):
+        kid = keyring.current_kid
+        expected = jws.serialize_compact(
+            {"alg": "Ed25519", "kid": kid, "typ": TYP},
+            json.dumps(claims, separators=(",", ":"), ensure_ascii=False).encode(),
+            keyring._signing_key, algorithms=["Ed25519"])
+        token = keyring.sign(claims, typ=TYP)
+        assert token == expected
+        assert json.loads(b64url_decode(token.split(".")[0]))["kid"] == kid
+        keyring.rotate(now=T0)
+    assert keyring.current_kid != kid
+
+
 def test_signature_verifies_with_the_published_key_alone() -> None:
     keyring = Keyring.ephemeral(now=T0)
     token = keyring.sign({"a": 1}, typ=TYP)
