@@ -12,6 +12,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, text
@@ -74,6 +76,17 @@ async def _pending_for_call(conn: AsyncConnection, call: CallFacts) -> Any:
     return (await conn.execute(query)).first()
 
 
+@lru_cache(maxsize=2)
+def _insert_pending(dialect: str) -> Any:
+    """``INSERT INTO approvals ... ON CONFLICT (pending twin) DO NOTHING RETURNING id``,
+    built once per dialect (values are bound per call, so the compiled form is reused)."""
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    return insert(approvals).on_conflict_do_nothing(
+        index_elements=["tenant", "run_id", "tool", "args_hash"],
+        index_where=text("status = 'pending'"),
+    ).returning(approvals.c.id)
+
+
 async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallFacts,
                        requirement: ApprovalRequirement, opened_by: dict[str, Any],
                        now: datetime, kind: str = "policy",
@@ -89,15 +102,12 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
     """
     public_url = settings.public_url
     events: list[Event] = []
-    existing = await _pending_for_call(conn, call)
-    if existing is not None and is_due(existing, now):
-        events += await expire(conn, existing, now, SYSTEM_ACTOR)
-        existing = None
-    if existing is None:
+    for _ in range(2):
+        # Insert first: the partial unique index says whether a pending twin exists, so
+        # the common case (a new request) costs one statement and no read.
         approval_id = str(uuid.uuid4())
         expires_at = now + timedelta(milliseconds=requirement.timeout_ms)
-        insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-        stmt = insert(approvals).values(
+        values = dict(
             id=approval_id, tenant=call.tenant, kind=kind, decision_id=call.decision_id,
             run_id=call.run_id, tool=call.tool, args_hash=call.args_hash,
             # Stored masked (invariant 10 at rest, like call_inputs); the hash binds.
@@ -105,22 +115,24 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
             mask=list(call.mask),
             requirement=requirement.as_dict(), status="pending", initiator=call.initiator,
             principal=call.principal, opened_by=opened_by, reasons=call.reasons,
-            policy=call.policy, reason=reason, created_at=now, expires_at=expires_at,
-        ).on_conflict_do_nothing(
-            index_elements=["tenant", "run_id", "tool", "args_hash"],
-            index_where=text("status = 'pending'"),
-        ).returning(approvals.c.id)
-        if (await conn.execute(stmt)).first() is not None:
-            row = await load(conn, call.tenant, approval_id, lock=False)
+            policy=call.policy, reason=reason, created_at=now, expires_at=expires_at)
+        if (await conn.execute(_insert_pending(conn.dialect.name), values)).first():
+            row = SimpleNamespace(**values, decided_at=None, permit_jti=None, permit=None)
             events.append(event("approval.requested", row, opened_by, kind=kind,
-                                 requirement=requirement.as_dict(),
-                                 expires_at=expires_at.isoformat(), reason=reason))
+                                requirement=requirement.as_dict(),
+                                expires_at=expires_at.isoformat(), reason=reason))
             await notify(conn, settings, row, "approval.pending", now)
             return view(row, [], public_url=public_url, now=now, brief=True), events
         existing = await _pending_for_call(conn, call)
         if existing is None:  # the twin was decided between our insert and this read
             raise Conflict("a concurrent approval request changed state; retry",
                            code="approval_race")
+        if not is_due(existing, now):
+            break
+        events += await expire(conn, existing, now, SYSTEM_ACTOR)  # then open a new one
+    else:
+        raise Conflict("a concurrent approval request changed state; retry",
+                       code="approval_race")
     events.append(event("approval.joined", existing, opened_by,
                          decision_id=call.decision_id))
     rows = await reviews_of(conn, existing.id)

@@ -137,6 +137,8 @@ async def notify(conn: AsyncConnection, settings: Settings, row: Any, event_type
     """Queue a webhook (masked args only) in the same transaction as the state change."""
     from server.webhooks import outbox
 
+    if not outbox.targets(settings, row.tenant):
+        return
     approval: dict[str, Any] = {
         "id": row.id, "tool": row.tool, "args": display_args(row.args, row.mask),
         "args_hash": row.args_hash, "status": status or row.status,

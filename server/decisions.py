@@ -274,7 +274,7 @@ async def _decide(deps: Deps, caller: Caller, req: DecisionRequest, *,
                 actor=actor_of(caller))
             response["permit"] = permit
             events.append(permit_event)
-        await conn.execute(decisions.insert().values(**decision_row()))
+        await conn.execute(decisions.insert(), decision_row())
         return Write(tenant, [replace(e, time=now) for e in events], response)
 
     simple = run_state is None and result.effect in ("allow", "deny")

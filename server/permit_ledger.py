@@ -76,7 +76,7 @@ async def issue(
         keyring, settings, tenant=tenant, run_id=run_id, decision_id=decision_id,
         approval_id=approval_id, tool=tool, args_hash=args_hash, policy=policy,
         approvers=approvers, now=now, ttl_s=ttl_s, actor=actor)
-    await conn.execute(permits_table.insert().values(**row))
+    await conn.execute(permits_table.insert(), row)
     return permit, event
 
 
@@ -92,8 +92,8 @@ async def store_call_input(conn: AsyncConnection, *, tenant: str, decision_id: s
     (bound to the permit by hash), so the stored args are never needed in clear. Context
     values under always-secret keys are seen as ``"•••"`` by the redeem-time re-check.
     """
-    await conn.execute(call_inputs.insert().values(**call_input_row(
-        tenant=tenant, decision_id=decision_id, input_doc=input_doc, mask=mask)))
+    await conn.execute(call_inputs.insert(), call_input_row(
+        tenant=tenant, decision_id=decision_id, input_doc=input_doc, mask=mask))
 
 
 def call_input_row(*, tenant: str, decision_id: str, input_doc: dict[str, Any],

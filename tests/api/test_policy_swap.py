@@ -40,9 +40,12 @@ async def test_concurrent_activations_never_mix_versions(harness_factory: Any, t
         return flips
 
     flipper = asyncio.create_task(flip())
-    responses = await asyncio.gather(*(
-        h.client.post("/v1/decisions", headers=headers, json=decision_request())
-        for _ in range(80)))
+    responses = []
+    for wave in range(8):  # waves, so both versions surely serve some decisions
+        store.set_active("swap", "1" if wave % 2 else "2")
+        responses += await asyncio.gather(*(
+            h.client.post("/v1/decisions", headers=headers, json=decision_request())
+            for _ in range(10)))
     stop.set()
     flips = await flipper
     assert flips > 10
