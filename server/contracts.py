@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server.audit.chain import Event, append
@@ -175,6 +175,11 @@ def _state(row: Any) -> RunState:
                     created_at=_utc(row.created_at))
 
 
+_RUN = select(runs).where(runs.c.tenant == bindparam("tenant"),
+                          runs.c.run_id == bindparam("run_id"))
+_RUN_FOR_UPDATE = _RUN.with_for_update()
+
+
 async def load(conn: AsyncConnection, tenant: str, run_id: str, *,
                for_update: bool = False) -> RunState | None:
     """The run's state, or ``None`` when no contract is registered.
@@ -182,10 +187,9 @@ async def load(conn: AsyncConnection, tenant: str, run_id: str, *,
     ``for_update`` locks the row on PostgreSQL (SQLite's write transaction already holds
     the database lock).
     """
-    query = select(runs).where(runs.c.tenant == tenant, runs.c.run_id == run_id)
-    if for_update and conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    row = (await conn.execute(query)).first()
+    query = (_RUN_FOR_UPDATE if for_update and conn.dialect.name == "postgresql"
+             else _RUN)
+    row = (await conn.execute(query, {"tenant": tenant, "run_id": run_id})).first()
     return _state(row) if row is not None else None
 
 

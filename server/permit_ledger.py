@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server.audit.chain import Event, append
@@ -108,8 +108,8 @@ def call_input_row(*, tenant: str, decision_id: str, input_doc: dict[str, Any],
 async def load_call_input(conn: AsyncConnection, tenant: str, decision_id: str
                           ) -> tuple[dict[str, Any], list[str]] | None:
     """``(input document without now, mask)`` of a decision, or ``None``."""
-    row = (await conn.execute(select(call_inputs.c.input, call_inputs.c.mask).where(
-        call_inputs.c.decision_id == decision_id, call_inputs.c.tenant == tenant))).first()
+    row = (await conn.execute(_CALL_INPUT, {"decision_id": decision_id,
+                                            "tenant": tenant})).first()
     return None if row is None else (dict(row.input), list(row.mask))
 
 
@@ -180,12 +180,22 @@ def _actor(caller: Caller) -> dict[str, Any]:
             "kind": caller.kind}
 
 
+_PERMIT_ROW = select(permits_table).where(permits_table.c.jti == bindparam("jti"),
+                                          permits_table.c.tenant == bindparam("tenant"))
+_PERMIT_ROW_FOR_UPDATE = _PERMIT_ROW.with_for_update()
+_REDEEM = permits_table.update().where(
+    permits_table.c.jti == bindparam("p_jti"), permits_table.c.tenant == bindparam("p_tenant"),
+    permits_table.c.status == "issued").values(status="redeemed",
+                                               redeemed_at=bindparam("p_at"))
+_CALL_INPUT = select(call_inputs.c.input, call_inputs.c.mask).where(
+    call_inputs.c.decision_id == bindparam("decision_id"),
+    call_inputs.c.tenant == bindparam("tenant"))
+
+
 async def _permit_row(conn: AsyncConnection, tenant: str, jti: str, *, lock: bool) -> Any:
-    query = select(permits_table).where(permits_table.c.jti == jti,
-                                        permits_table.c.tenant == tenant)
-    if lock and conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    return (await conn.execute(query)).first()
+    query = (_PERMIT_ROW_FOR_UPDATE if lock and conn.dialect.name == "postgresql"
+             else _PERMIT_ROW)
+    return (await conn.execute(query, {"jti": jti, "tenant": tenant})).first()
 
 
 _STATE_REFUSALS = {"redeemed": ("already_redeemed", "the permit was already redeemed"),
@@ -255,9 +265,8 @@ async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dic
 
     async def work(conn: AsyncConnection) -> Write:
         # In the decision log's group commit: one COMMIT for many redeems and decisions.
-        result = await conn.execute(permits_table.update().where(
-            permits_table.c.jti == redeemed.jti, permits_table.c.tenant == caller.tenant,
-            permits_table.c.status == "issued").values(status="redeemed", redeemed_at=now))
+        result = await conn.execute(_REDEEM, {"p_jti": redeemed.jti,
+                                              "p_tenant": caller.tenant, "p_at": now})
         if result.rowcount == 1:
             event = _claims_event("permit.redeemed", caller, redeemed, {})
             return Write(caller.tenant, [replace(event, time=now)], None)

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -194,20 +195,29 @@ def free_port() -> int:
 class LiveServer:
     """A real ``cosigner serve`` process on a loopback port."""
 
-    def __init__(self, env: dict[str, str], port: int) -> None:
+    def __init__(self, env: dict[str, str], port: int, log_path: Path | None = None) -> None:
         self.env, self.port = env, port
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
+        # The server's log goes to a file: an undrained pipe fills up (64 KiB) under an
+        # outage's error logging and then blocks the server's event loop on write.
+        self.log_path = log_path or Path(tempfile.mkdtemp()) / f"server-{port}.log"
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
 
     def start(self, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port), *extra],
-            env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port),
+                 *extra], env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("server exited: " + self.proc.stderr.read().decode()[-2000:]
-                                   if self.proc.stderr else "server exited")
+                raise RuntimeError("server exited: " + self.log_tail())
             try:
                 if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
                     return
@@ -244,7 +254,8 @@ def live_server_factory(database_url: str, tmp_path: Path) -> Iterator[Callable[
             "COSIGNER_LOG_LEVEL": "warning",
         })
         full.update(env)
-        server = LiveServer(full, free_port())
+        port = free_port()
+        server = LiveServer(full, port, log_path=tmp_path / f"server-{port}.log")
         server.start()
         servers.append(server)
         return server

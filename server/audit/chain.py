@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -96,17 +96,27 @@ def hash_body(body: dict[str, Any]) -> tuple[str, str]:
     return canonical.decode(), hash_bytes(canonical)
 
 
+_HEAD = select(audit_heads.c.seq, audit_heads.c.hash).where(
+    audit_heads.c.tenant == bindparam("tenant"))
+_HEAD_FOR_UPDATE = _HEAD.with_for_update()
+_NEW_HEAD = {name: insert(audit_heads).values(
+    tenant=bindparam("tenant"), seq=0, hash=GENESIS).on_conflict_do_nothing(
+    index_elements=["tenant"]) for name, insert in (("postgresql", pg_insert),
+                                                    ("sqlite", sqlite_insert))}
+_MOVE_HEAD = audit_heads.update().where(audit_heads.c.tenant == bindparam("head_tenant")).values(
+    seq=bindparam("head_seq"), hash=bindparam("head_hash"))
+
+
 async def _lock_head(conn: AsyncConnection, tenant: str) -> tuple[int, str]:
-    dialect = conn.dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    await conn.execute(
-        insert(audit_heads).values(tenant=tenant, seq=0, hash=GENESIS)
-        .on_conflict_do_nothing(index_elements=["tenant"])
-    )
-    query = select(audit_heads.c.seq, audit_heads.c.hash).where(audit_heads.c.tenant == tenant)
-    if dialect == "postgresql":
-        query = query.with_for_update()
-    row = (await conn.execute(query)).one()
+    """The tenant's chain head, locked for this transaction (PostgreSQL: ``FOR UPDATE``;
+    SQLite: the write transaction holds the database). Created at genesis the first time.
+    Statements are built once, values bound per call."""
+    pg = conn.dialect.name == "postgresql"
+    query = _HEAD_FOR_UPDATE if pg else _HEAD
+    row = (await conn.execute(query, {"tenant": tenant})).first()
+    if row is None:
+        await conn.execute(_NEW_HEAD["postgresql" if pg else "sqlite"], {"tenant": tenant})
+        row = (await conn.execute(query, {"tenant": tenant})).one()
     return int(row.seq), str(row.hash)
 
 
@@ -137,8 +147,7 @@ async def append(conn: AsyncConnection, tenant: str, events: list[Event],
         stored.append({**body, "hash": digest})
         prev = digest
     await conn.execute(audit_events.insert(), rows)
-    await conn.execute(audit_heads.update().where(audit_heads.c.tenant == tenant)
-                       .values(seq=seq, hash=prev))
+    await conn.execute(_MOVE_HEAD, {"head_tenant": tenant, "head_seq": seq, "head_hash": prev})
     return stored
 
 
