@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
@@ -75,8 +75,12 @@ class PermitClaims:
 
     def to_json(self) -> dict[str, Any]:
         """The JWT claims set (``approval_id`` omitted when there is none)."""
-        claims = asdict(self)
-        claims["approvers"] = [dict(approver) for approver in self.approvers]
+        claims: dict[str, Any] = {
+            "iss": self.iss, "aud": self.aud, "jti": self.jti, "iat": self.iat,
+            "nbf": self.nbf, "exp": self.exp, "tenant": self.tenant, "run": self.run,
+            "decision_id": self.decision_id, "approval_id": self.approval_id,
+            "tool": self.tool, "args_hash": self.args_hash, "policy": dict(self.policy),
+            "approvers": [dict(approver) for approver in self.approvers]}
         if self.approval_id is None:
             del claims["approval_id"]
         return claims

@@ -12,11 +12,13 @@ A database that cannot be reached or written raises :class:`server.errors.Unavai
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 from sqlalchemy import event, make_url, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -50,6 +52,16 @@ class TransientConflict(Unavailable):
     safe. Still an :class:`Unavailable` (503) for callers that do not retry."""
 
 
+def _json_text(value: Any) -> str:
+    """JSON columns' text: orjson (C) for what it takes, the stdlib for the rest (keys
+    that are not strings, integers beyond 64 bits). Storage only: hashes are computed
+    over RFC 8785 bytes elsewhere, never over this text."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value)
+
+
 class Database:
     """An async engine plus the transaction helper every use case goes through."""
 
@@ -62,14 +74,16 @@ class Database:
         if not self.is_sqlite:
             size = pool_size or 10
             self.engine: AsyncEngine = create_async_engine(
-                url, pool_size=size, max_overflow=size, pool_pre_ping=True, pool_timeout=5)
+                url, pool_size=size, max_overflow=size, pool_pre_ping=True, pool_timeout=5,
+                json_serializer=_json_text)
             self.bulk_engine = self.engine
             return
         # Connections are opened once and kept: an overflow connection closed on every
         # check-in made concurrent decisions open (thread + PRAGMAs) again and again.
         size = pool_size or 32
         pooling: dict[str, Any] = {"pool_size": size, "max_overflow": size,
-                                   "pool_timeout": busy_timeout_ms / 1000}
+                                   "pool_timeout": busy_timeout_ms / 1000,
+                                   "json_serializer": _json_text}
         path = make_url(url).database or ""
         if path and path != ":memory:":
             # Statements on the loop thread, COMMIT and lock waits on aiosqlite's thread.
@@ -82,7 +96,7 @@ class Database:
         # Long scans (audit export and search) stay off the loop thread.
         self.bulk_engine = create_async_engine(
             url, connect_args={"timeout": busy_timeout_ms / 1000}, pool_size=4,
-            max_overflow=4, pool_timeout=busy_timeout_ms / 1000)
+            max_overflow=4, pool_timeout=busy_timeout_ms / 1000, json_serializer=_json_text)
         _configure_sqlite(self.engine, busy_timeout_ms)
         _configure_sqlite(self.bulk_engine, busy_timeout_ms)
 
