@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from server import decisions
 from server.api.body import openapi_body, strict_body
-from server.api.deps import PROBLEM_RESPONSES, CallerDep, services
+from server.api.deps import PROBLEM_RESPONSES, CallerDep, json_response, services
 from server.api.models import DecisionRequestV1, DecisionV1
 from server.errors import InvalidRequest
 
@@ -17,7 +15,7 @@ router = APIRouter(prefix="/v1", tags=["decisions"])
 
 @router.post("/decisions", response_model=DecisionV1, responses=PROBLEM_RESPONSES,
              openapi_extra=openapi_body(DecisionRequestV1))
-async def post_decision(request: Request, caller: CallerDep) -> dict[str, Any]:
+async def post_decision(request: Request, caller: CallerDep) -> Response:
     """Decide whether a proposed tool call may run (runtime role).
 
     Returns ``allow`` (with a permit), ``deny``, or ``require_approval`` (with the
@@ -38,7 +36,7 @@ async def post_decision(request: Request, caller: CallerDep) -> dict[str, Any]:
         initiator=data["initiator"], tool=data["tool"], args=data["args"],
         context=data.get("context", {}), raw=data)
     try:
-        return await decisions.decide(svc.deps, caller, req)
+        return json_response(await decisions.decide(svc.deps, caller, req))
     except InvalidRequest as exc:
         await decisions.record_refusal(svc.deps, caller, code=exc.code, detail=exc.detail,
                                        request_id=req.request_id, tool=req.tool["name"],

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Request, Response
 
 from server import permit_ledger
 from server.api.body import openapi_body, strict_body
-from server.api.deps import PROBLEM_RESPONSES, CallerDep, services
+from server.api.deps import PROBLEM_RESPONSES, CallerDep, json_response, services
 from server.api.models_approvals import (
     ID_PATTERN,
     PermitRevocationV1,
@@ -21,7 +21,7 @@ router = APIRouter(prefix="/v1", tags=["permits"])
 
 @router.post("/permits/redeem", response_model=RedemptionV1, responses=PROBLEM_RESPONSES,
              openapi_extra=openapi_body(RedeemRequestV1))
-async def post_redeem(request: Request, caller: CallerDep) -> dict[str, Any]:
+async def post_redeem(request: Request, caller: CallerDep) -> Response:
     """Redeem a permit right before executing the call (runtime role; single use).
 
     403 ``bad_signature``, ``malformed_permit``, ``unknown_kid``, ``wrong_token_type``,
@@ -34,9 +34,9 @@ async def post_redeem(request: Request, caller: CallerDep) -> dict[str, Any]:
     caller.require("runtime")
     _, data = await strict_body(request, RedeemRequestV1, svc.deps.settings.max_body_bytes)
     runtime = svc.extras.get("approvals")
-    return await permit_ledger.redeem(svc.deps, caller, token=data["permit"],
-                                      tool=data["tool"], args=data["args"],
-                                      refusals=runtime.refusals if runtime else None)
+    return json_response(await permit_ledger.redeem(
+        svc.deps, caller, token=data["permit"], tool=data["tool"], args=data["args"],
+        refusals=runtime.refusals if runtime else None))
 
 
 @router.post("/permits/{jti}/revoke", response_model=PermitRevocationV1,
