@@ -102,7 +102,7 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
     """
     public_url = settings.public_url
     events: list[Event] = []
-    for _ in range(2):
+    for _ in range(3):
         # Insert first: the partial unique index says whether a pending twin exists, so
         # the common case (a new request) costs one statement and no read.
         approval_id = str(uuid.uuid4())
@@ -124,9 +124,10 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
             await notify(conn, settings, row, "approval.pending", now)
             return view(row, [], public_url=public_url, now=now, brief=True), events
         existing = await _pending_for_call(conn, call)
-        if existing is None:  # the twin was decided between our insert and this read
-            raise Conflict("a concurrent approval request changed state; retry",
-                           code="approval_race")
+        if existing is None:
+            # The twin left 'pending' while we waited for its row lock: the next INSERT
+            # is a new statement and sees it gone (or joins a newer twin).
+            continue
         if not is_due(existing, now):
             break
         events += await expire(conn, existing, now, SYSTEM_ACTOR)  # then open a new one

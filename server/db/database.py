@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -70,7 +71,8 @@ class Database:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         self._busy_timeout_ms = busy_timeout_ms
-        self._write_locks: dict[int, asyncio.Lock] = {}
+        self._write_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                                     asyncio.Lock] = weakref.WeakKeyDictionary()
         if not self.is_sqlite:
             size = pool_size or 10
             self.engine: AsyncEngine = create_async_engine(
@@ -109,9 +111,9 @@ class Database:
             yield
             return
         loop = asyncio.get_running_loop()
-        lock = self._write_locks.get(id(loop))
+        lock = self._write_locks.get(loop)
         if lock is None:
-            lock = self._write_locks[id(loop)] = asyncio.Lock()
+            lock = self._write_locks[loop] = asyncio.Lock()
         try:
             async with asyncio.timeout(self._busy_timeout_ms / 1000):
                 await lock.acquire()

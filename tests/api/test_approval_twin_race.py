@@ -1,5 +1,5 @@
-"""Review of the insert-first ``open_request`` (commit 3ccbd75): a pending twin that another
-transaction moves out of ``pending`` while a new identical decision waits for its row lock.
+"""Insert-first ``open_request``: a pending twin that another transaction moves out of
+``pending`` while a new identical decision waits for its row lock opens a new request.
 
 On PostgreSQL the decision's ``INSERT ... ON CONFLICT DO NOTHING`` conflicts with the
 committed pending twin without waiting (the twin is only *locked*, not yet updated, by a
@@ -7,9 +7,8 @@ review / the expiry sweep / a decision batch on another replica), then its
 ``SELECT ... FOR UPDATE`` blocks on that lock. When the other transaction commits the twin as
 approved / rejected / expired, the re-checked row no longer matches ``status = 'pending'``,
 and the read's snapshot predates any new twin, so it returns nothing: ``open_request``
-raises ``Conflict approval_race`` and the decision request answers 409 instead of opening a
-new approval. The code before 3ccbd75 read the twin (``FOR UPDATE``) first and then inserted,
-so the same interleaving opened a new request.
+would raise ``Conflict approval_race`` (409); instead it inserts again, as a new statement
+that sees the twin gone, and opens a new request.
 
 SQLite has one writer, so the interleaving cannot happen there (the test is skipped).
 """
@@ -44,10 +43,6 @@ async def _wait_for_lock_wait(admin: asyncpg.Connection, timeout_s: float = 10) 
     raise AssertionError("the decision never waited on the twin's row lock")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: approval_requests.open_request answers Conflict approval_race (409) when its "
-    "pending twin leaves 'pending' while the post-insert SELECT ... FOR UPDATE waits on the "
-    "twin's lock (PostgreSQL); it should insert again and open a new request"))
 async def test_decision_racing_a_review_of_its_pending_twin_opens_a_new_request(
         harness_factory, tmp_path, tenant: str, db_kind: str, database_url: str) -> None:
     if db_kind != "postgres":
