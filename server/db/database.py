@@ -82,7 +82,7 @@ class Database:
             return
         # Connections are opened once and kept: an overflow connection closed on every
         # check-in made concurrent decisions open (thread + PRAGMAs) again and again.
-        size = pool_size or 32
+        size = pool_size or 8
         pooling: dict[str, Any] = {"pool_size": size, "max_overflow": size,
                                    "pool_timeout": busy_timeout_ms / 1000,
                                    "json_serializer": _json_text}
