@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
@@ -247,7 +248,10 @@ class Keyring:
             header = self._headers[(kid, typ)] = _b64url(orjson.dumps(
                 {"alg": ALGORITHM, "kid": kid, "typ": typ}))
         signing_input = header + b"." + _b64url(orjson.dumps(claims))
-        signature = key.private_key.sign(signing_input)
+        private = key.private_key
+        if not isinstance(private, Ed25519PrivateKey):
+            raise KeyringError("the current signing key is not an Ed25519 private key")
+        signature = private.sign(signing_input)
         return (signing_input + b"." + _b64url(signature)).decode("ascii")
 
     def verify(self, token: str, *, typ: str, now: datetime | None = None) -> dict[str, Any]:

@@ -12,14 +12,14 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import and_, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server.audit.chain import Event, append
 from server.audit.masking import mask_value
 from server.canonical import args_hash
 from server.clock import isoformat
-from server.db.batch import Write
+from server.db.batch import OneWrite, Write
 from server.db.group_commit import GroupCommitter
 from server.db.tables import permits as permits_table
 from server.db.tables_approvals import call_inputs, reviews
@@ -187,6 +187,13 @@ _REDEEM = permits_table.update().where(
     permits_table.c.jti == bindparam("p_jti"), permits_table.c.tenant == bindparam("p_tenant"),
     permits_table.c.status == "issued").values(status="redeemed",
                                                redeemed_at=bindparam("p_at"))
+_PERMIT_AND_INPUT = select(
+    permits_table, call_inputs.c.input.label("call_input"),
+    call_inputs.c.mask.label("call_mask"),
+).select_from(permits_table.outerjoin(call_inputs, and_(
+    call_inputs.c.decision_id == bindparam("decision_id"),
+    call_inputs.c.tenant == permits_table.c.tenant))).where(
+    permits_table.c.jti == bindparam("jti"), permits_table.c.tenant == bindparam("tenant"))
 _CALL_INPUT = select(call_inputs.c.input, call_inputs.c.mask).where(
     call_inputs.c.decision_id == bindparam("decision_id"),
     call_inputs.c.tenant == bindparam("tenant"))
@@ -250,11 +257,15 @@ async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dic
                                      audience=deps.settings.audience)
         check_binding(claims, tenant=caller.tenant, tool=tool, args_hash=presented_hash)
         async with deps.db.read() as conn:
-            early = _state_refusal(await _permit_row(conn, caller.tenant, claims.jti,
-                                                     lock=False), now)
+            # The permit's state and the recorded call input, in one statement.
+            row = (await conn.execute(_PERMIT_AND_INPUT, {
+                "jti": claims.jti, "tenant": caller.tenant,
+                "decision_id": claims.decision_id})).first()
+            early = _state_refusal(row, now)
             if early is not None:
                 raise early
-            stored = await load_call_input(conn, caller.tenant, claims.decision_id)
+            stored = (None if row is None or row.call_input is None
+                      else (dict(row.call_input), list(row.call_mask)))
             counted = await _counted_roles(conn, claims.approval_id)
         await _recheck_policy(deps, caller.tenant, claims, stored, args, counted, now)
     except PermitRefused as exc:
@@ -277,7 +288,7 @@ async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dic
         event = _claims_event("permit.refused", caller, redeemed, {"code": refusal.code})
         return Write(caller.tenant, [replace(event, time=now)], refusal)
 
-    written: Write = await deps.log_writer.submit(work)
+    written: Write = await deps.log_writer.submit(OneWrite(work))
     if isinstance(written.result, PermitRefused):
         raise written.result
     return {"status": "redeemed", "jti": claims.jti, "decision_id": claims.decision_id,

@@ -63,7 +63,19 @@ class Write:
 
 
 Work = Callable[[AsyncConnection], Awaitable[Write]]
-Item = Write | Work
+
+
+@dataclass(frozen=True, slots=True)
+class OneWrite:
+    """A ``work`` whose only change is its first statement (e.g. one conditional UPDATE)
+    and which raises nothing after it: it runs without a SAVEPOINT of its own (two
+    statements fewer). Should the database refuse it, the batch is redone item by item,
+    where it gets one like any other work."""
+
+    work: Work
+
+
+Item = Write | Work | OneWrite
 Finish = Callable[[AsyncConnection, list[Write]], Awaitable[None]]
 #: ``guard(conn, writes)`` → the indexes (into ``writes``) refused, with their errors.
 Guard = Callable[[AsyncConnection, list[Write]], Awaitable[dict[int, CosignerError]]]
@@ -119,9 +131,20 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
                     done.append(item)
                     inserted.append(item)
                     continue
+                if bulk and isinstance(item, OneWrite):
+                    try:
+                        write = await item.work(conn)
+                    except CosignerError as exc:
+                        outcomes.append(exc)
+                        continue
+                    outcomes.append(write)
+                    done.append(write)
+                    inserted.append(write)  # rows, if any, go in with the bulk insert
+                    continue
+                work = item.work if isinstance(item, OneWrite) else item
                 try:
                     async with conn.begin_nested():
-                        write = item if isinstance(item, Write) else await item(conn)
+                        write = work if isinstance(work, Write) else await work(conn)
                         for table, values in write.rows:
                             await conn.execute(table.insert(), values)
                 except IntegrityError as exc:

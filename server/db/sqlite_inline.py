@@ -52,7 +52,7 @@ class InlineConnection(aiosqlite.Connection):
         if not self._running or conn is None:
             raise ValueError("Connection closed")
         if fn == conn.commit:
-            return await super()._execute(fn, *args, **kwargs)
+            return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
         if _begins_write(args):
             conn.execute("PRAGMA busy_timeout=0")
             try:
@@ -62,7 +62,7 @@ class InlineConnection(aiosqlite.Connection):
                     raise
             finally:
                 conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
-            return await super()._execute(fn, *args, **kwargs)
+            return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
         return fn(*args, **kwargs)
 
 

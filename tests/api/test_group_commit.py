@@ -77,3 +77,42 @@ async def test_k22_failed_batch_answers_503_and_records_nothing(harness: Harness
     assert count == 0
     ok = await harness.client.post("/v1/decisions", headers=headers, json=decision_request())
     assert ok.status_code == 200
+
+
+async def test_one_write_items_share_the_batch_and_a_refused_one_fails_alone(
+        harness: Harness, tenant: str) -> None:
+    """OneWrite items (redeem's conditional UPDATE) run without a savepoint of their own;
+    when the database refuses one, the batch is redone item by item and only that item
+    fails; the others are committed with their events."""
+    from server.audit.chain import Event
+    from server.db.batch import OneWrite, Write
+    from server.db.database import UniqueViolation
+
+    headers = await harness.headers(tenant, "runtime")
+    first = (await harness.client.post("/v1/decisions", headers=headers,
+                                       json=decision_request())).json()
+    async with harness.db.read() as conn:
+        row = dict((await conn.execute(select(decisions).where(
+            decisions.c.id == first["decision_id"]))).one()._mapping)
+
+    async def duplicate(conn: Any) -> Write:
+        await conn.execute(decisions.insert(), row)  # same primary key: refused
+        return Write(tenant, [], "never")
+
+    def noting(label: str) -> Any:
+        async def work(conn: Any) -> Write:
+            return Write(tenant, [Event(type="test.noted", actor={"subject": "t"},
+                                        payload={"label": label})], label)
+        return work
+
+    writer = harness.services.deps.log_writer
+    outcomes = await asyncio.gather(
+        writer.submit(OneWrite(noting("a"))), writer.submit(OneWrite(duplicate)),
+        writer.submit(OneWrite(noting("b"))), return_exceptions=True)
+    assert isinstance(outcomes[1], UniqueViolation)
+    assert [outcomes[0].result, outcomes[2].result] == ["a", "b"]
+    async with harness.db.read() as conn:
+        noted = (await conn.execute(select(audit_events.c.body).where(
+            audit_events.c.tenant == tenant, audit_events.c.type == "test.noted"))
+        ).scalars().all()
+    assert len(noted) == 2
