@@ -19,7 +19,7 @@ from server.audit.chain import Event, append
 from server.audit.masking import mask_value
 from server.canonical import args_hash
 from server.clock import isoformat
-from server.db.batch import OneWrite, Write
+from server.db.batch import Write
 from server.db.group_commit import GroupCommitter
 from server.db.tables import permits as permits_table
 from server.db.tables_approvals import call_inputs, reviews
@@ -288,7 +288,7 @@ async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dic
         event = _claims_event("permit.refused", caller, redeemed, {"code": refusal.code})
         return Write(caller.tenant, [replace(event, time=now)], refusal)
 
-    written: Write = await deps.log_writer.submit(OneWrite(work))
+    written: Write = await deps.log_writer.submit(work)
     if isinstance(written.result, PermitRefused):
         raise written.result
     return {"status": "redeemed", "jti": claims.jti, "decision_id": claims.decision_id,

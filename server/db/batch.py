@@ -6,15 +6,18 @@ An item is either
   with nothing to read under the lock): its rows are inserted together with every other
   prepared item's rows, one ``executemany`` per table; or
 * a callable ``work(conn) -> Write`` that must read or update state under the write lock
-  (run contracts, approval requests): it runs in its own SAVEPOINT, so if it fails only
-  that item fails.
+  (run contracts, approval requests, redeem's single-use UPDATE).
+
+A batch first runs optimistically: prepared rows in bulk, work items one after another
+with no SAVEPOINT each. If any item fails (a refusal it raises, a unique key, a value the
+database refuses) the whole transaction is rolled back and the batch redone item by
+item, each work item in its own SAVEPOINT, so only the failing item fails. Items must
+therefore be safe to run twice (nothing of a rolled-back attempt remains).
 
 A ``guard(conn, writes)`` may refuse prepared items first, inside the batch's transaction
 (decisions use it to confirm that the run they assumed had no contract still has none).
 ``finish(conn, writes)`` then runs once for the items that succeeded (the decision log
-chains their events, one extension per tenant) and the batch commits. If a bulk insert
-collides with a unique key (a retry racing on another replica), the whole batch is
-redone item by item, each in a savepoint, so only the colliding item fails. A batch that
+chains their events, one extension per tenant) and the batch commits. A batch that
 PostgreSQL aborts to break a deadlock with another replica is run again (items must be
 safe to re-run: nothing of the aborted attempt was committed). Any other failure fails
 the batch, and :class:`server.db.group_commit.GroupCommitter` answers 503
@@ -65,17 +68,12 @@ class Write:
 Work = Callable[[AsyncConnection], Awaitable[Write]]
 
 
-@dataclass(frozen=True, slots=True)
-class OneWrite:
-    """A ``work`` whose only change is its first statement (e.g. one conditional UPDATE)
-    and which raises nothing after it: it runs without a SAVEPOINT of its own (two
-    statements fewer). Should the database refuse it, the batch is redone item by item,
-    where it gets one like any other work."""
-
-    work: Work
+class _RedoItemByItem(Exception):
+    """A work item refused in an optimistic (savepoint-free) batch: redo item by item."""
 
 
-Item = Write | Work | OneWrite
+
+Item = Write | Work
 Finish = Callable[[AsyncConnection, list[Write]], Awaitable[None]]
 #: ``guard(conn, writes)`` → the indexes (into ``writes``) refused, with their errors.
 Guard = Callable[[AsyncConnection, list[Write]], Awaitable[dict[int, CosignerError]]]
@@ -90,7 +88,7 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
         while True:
             try:
                 return await _run(items, bulk=bulk)
-            except UniqueViolation:
+            except (UniqueViolation, _RedoItemByItem):
                 if not bulk:
                     raise
                 bulk = False
@@ -131,20 +129,20 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
                     done.append(item)
                     inserted.append(item)
                     continue
-                if bulk and isinstance(item, OneWrite):
+                if bulk and not isinstance(item, Write):
+                    # Optimistic: no savepoint per item. Any refusal or database error
+                    # rolls the whole batch back, and it is redone item by item.
                     try:
-                        write = await item.work(conn)
+                        write = await item(conn)
                     except CosignerError as exc:
-                        outcomes.append(exc)
-                        continue
+                        raise _RedoItemByItem from exc
                     outcomes.append(write)
                     done.append(write)
                     inserted.append(write)  # rows, if any, go in with the bulk insert
                     continue
-                work = item.work if isinstance(item, OneWrite) else item
                 try:
                     async with conn.begin_nested():
-                        write = work if isinstance(work, Write) else await work(conn)
+                        write = item if isinstance(item, Write) else await item(conn)
                         for table, values in write.rows:
                             await conn.execute(table.insert(), values)
                 except IntegrityError as exc:

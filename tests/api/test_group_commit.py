@@ -79,14 +79,15 @@ async def test_k22_failed_batch_answers_503_and_records_nothing(harness: Harness
     assert ok.status_code == 200
 
 
-async def test_one_write_items_share_the_batch_and_a_refused_one_fails_alone(
+async def test_work_items_share_the_batch_and_a_refused_one_fails_alone(
         harness: Harness, tenant: str) -> None:
-    """OneWrite items (redeem's conditional UPDATE) run without a savepoint of their own;
-    when the database refuses one, the batch is redone item by item and only that item
-    fails; the others are committed with their events."""
+    """Work items run without a savepoint each first; when the database refuses one, or
+    one raises a refusal after writing, the batch is rolled back and redone item by item:
+    only that item fails, its writes are gone, the others commit with their events."""
     from server.audit.chain import Event
-    from server.db.batch import OneWrite, Write
+    from server.db.batch import Write
     from server.db.database import UniqueViolation
+    from server.errors import Conflict
 
     headers = await harness.headers(tenant, "runtime")
     first = (await harness.client.post("/v1/decisions", headers=headers,
@@ -105,14 +106,23 @@ async def test_one_write_items_share_the_batch_and_a_refused_one_fails_alone(
                                         payload={"label": label})], label)
         return work
 
+    async def write_then_refuse(conn: Any) -> Write:
+        await conn.execute(decisions.insert(), {**row, "id": "written-then-refused",
+                                                 "request_id": "written-then-refused"})
+        raise Conflict("refused after writing", code="test_refusal")
+
     writer = harness.services.deps.log_writer
     outcomes = await asyncio.gather(
-        writer.submit(OneWrite(noting("a"))), writer.submit(OneWrite(duplicate)),
-        writer.submit(OneWrite(noting("b"))), return_exceptions=True)
+        writer.submit(noting("a")), writer.submit(duplicate),
+        writer.submit(noting("b")), writer.submit(write_then_refuse),
+        writer.submit(noting("c")), return_exceptions=True)
     assert isinstance(outcomes[1], UniqueViolation)
-    assert [outcomes[0].result, outcomes[2].result] == ["a", "b"]
+    assert isinstance(outcomes[3], Conflict) and outcomes[3].code == "test_refusal"
+    assert [outcomes[i].result for i in (0, 2, 4)] == ["a", "b", "c"]
     async with harness.db.read() as conn:
         noted = (await conn.execute(select(audit_events.c.body).where(
             audit_events.c.tenant == tenant, audit_events.c.type == "test.noted"))
         ).scalars().all()
-    assert len(noted) == 2
+        stray = (await conn.execute(select(decisions.c.id).where(
+            decisions.c.id == "written-then-refused"))).first()
+    assert len(noted) == 3 and stray is None
