@@ -195,15 +195,11 @@ async def load(conn: AsyncConnection, tenant: str, run_id: str, *,
 
 async def contracted(conn: AsyncConnection, pairs: set[tuple[str, str]]
                      ) -> set[tuple[str, str]]:
-    """Which of the ``(tenant, run_id)`` pairs have a contract (one query per 500)."""
-    found: set[tuple[str, str]] = set()
-    ordered = sorted(pairs)
-    for start in range(0, len(ordered), 500):
-        chunk = ordered[start:start + 500]
-        rows = await conn.execute(select(runs.c.tenant, runs.c.run_id).where(
-            runs.c.run_id.in_({run_id for _, run_id in chunk})))
-        found.update((row.tenant, row.run_id) for row in rows)
-    return found & pairs
+    """Which of the ``(tenant, run_id)`` pairs have a contract, in one query (a group-commit
+    batch holds at most ``log_batch_max`` ≤ 1,000 of them)."""
+    rows = await conn.execute(select(runs.c.tenant, runs.c.run_id).where(
+        runs.c.run_id.in_({run_id for _, run_id in pairs})))
+    return {(row.tenant, row.run_id) for row in rows} & pairs
 
 
 async def check_and_count(conn: AsyncConnection, *, tenant: str, run_id: str, tool: str,
@@ -246,8 +242,11 @@ async def add_cost(conn: AsyncConnection, *, tenant: str, run_id: str, cost_mino
 
 
 async def register_contract(db: Database, caller: Caller, raw: dict[str, Any], *,
-                            now: datetime) -> tuple[dict[str, Any], bool]:
-    """Register the contract of run ``raw["run_id"]`` in the caller's tenant.
+                            now: datetime, known: ContractedRuns | None = None
+                            ) -> tuple[dict[str, Any], bool]:
+    """Register the contract of run ``raw["run_id"]`` in the caller's tenant; ``known``
+    (the process's :class:`ContractedRuns`) learns the run, so its decisions read the
+    contract before policy (were the registration to fail, that only costs a read).
 
     Returns ``(Run v1 object, created)``: ``created`` is false when the identical contract
     was already registered (idempotent). Raises :class:`ContractConflict` (409) when a
@@ -259,6 +258,8 @@ async def register_contract(db: Database, caller: Caller, raw: dict[str, Any], *
     digest = hash_bytes(canonicalize(contract))
     actor = {"subject": caller.subject, "principal_id": caller.principal_id,
              "kind": caller.kind}
+    if known is not None:
+        known.add(caller.tenant, run_id)
     try:
         async with db.transaction() as conn:
             existing = await load(conn, caller.tenant, run_id)

@@ -74,8 +74,9 @@ class Deps:
 
 
 def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item]:
-    """The group committer for decisions: one transaction and one COMMIT per batch; each
-    decision's events are chained after its savepoint succeeded, per tenant."""
+    """The group committer for decisions and redeems: one transaction and one COMMIT per
+    batch; the events of the items that succeeded are chained per tenant, and prepared
+    decisions that assumed "no run contract" are confirmed first (``no_contract``)."""
 
     async def chain_events(conn: AsyncConnection, written: list[Write]) -> None:
         by_tenant: dict[str, list[Event]] = {}
@@ -250,8 +251,9 @@ async def _decide(deps: Deps, caller: Caller, req: DecisionRequest, *,
     initial = dict(response)
 
     async def work(conn: AsyncConnection) -> Write:
-        # Runs in the group-commit batch, under the write lock, in its own savepoint;
-        # again from the start when the batch is retried (deadlock broken by PostgreSQL).
+        # Runs in the group-commit batch, under the write lock; again from the start when
+        # the batch is redone (item by item after a failure, or after PostgreSQL broke a
+        # deadlock), so it resets what an earlier attempt put in ``response``.
         response.clear()
         response.update(initial)
         # Re-check and count the run contract here: concurrent calls cannot overspend.

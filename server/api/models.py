@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 #: Text that reaches a database text column: any character but NUL (PostgreSQL text cannot
 #: hold it; one such value would fail the whole group-commit batch it lands in).
 TEXT_PATTERN = r"^[^\x00]*$"
+#: Tool names, as the catalogue and permits spell them.
+TOOL_PATTERN = r"^[A-Za-z0-9_.:/-]+$"
 
 
 class Wire(BaseModel):
@@ -29,7 +31,7 @@ class PartyV1(Wire):
 
 
 class ToolRefV1(Wire):
-    name: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:/-]+$")
+    name: str = Field(min_length=1, max_length=256, pattern=TOOL_PATTERN)
     version: str | None = Field(default=None, max_length=64, pattern=TEXT_PATTERN)
     side_effect: Literal["none", "read", "write", "financial", "destructive"] | None = None
 

@@ -6,13 +6,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from server.api.models import PermitV1, ReasonV1, Wire
+from server.api.models import TEXT_PATTERN, TOOL_PATTERN, PermitV1, ReasonV1, Wire
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
 #: Ids we issue (uuid4, hex jti): nothing else can name a row.
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
-#: Free text stored in the database: any character but NUL (PostgreSQL text cannot hold it).
-TEXT_PATTERN = r"^[^\x00]*$"
 
 
 class ReviewRequestV1(Wire):
@@ -89,7 +87,7 @@ class RedeemRequestV1(Wire):
     """Redeem a permit for the exact call about to run."""
 
     permit: str = Field(min_length=1, max_length=16_384, description="The compact JWS.")
-    tool: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:/-]+$")
+    tool: str = Field(min_length=1, max_length=256, pattern=TOOL_PATTERN)
     args: dict[str, Any] = Field(description="The exact arguments about to be executed.")
 
 

@@ -6,11 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from server.api.models import TEXT_PATTERN, Wire
+from server.api.models import TEXT_PATTERN, TOOL_PATTERN, Wire
 
-_TOOL = r"^[A-Za-z0-9_.:/-]+$"
 _MAX_SAFE = 2**53 - 1
-ToolName = Field(min_length=1, max_length=256, pattern=_TOOL)
+ToolName = Field(min_length=1, max_length=256, pattern=TOOL_PATTERN)
 
 
 class BudgetV1(Wire):

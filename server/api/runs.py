@@ -36,9 +36,8 @@ async def post_run(request: Request, caller: CallerDep) -> Any:
     caller.require("runtime")
     svc = services(request)
     _, data = await strict_body(request, RunContractV1, svc.deps.settings.max_body_bytes)
-    run, created = await contracts.register_contract(svc.deps.db, caller, data,
-                                                     now=svc.deps.clock())
-    svc.deps.contracted_runs.add(caller.tenant, run["run_id"])
+    run, created = await contracts.register_contract(
+        svc.deps.db, caller, data, now=svc.deps.clock(), known=svc.deps.contracted_runs)
     return JSONResponse(run, status_code=201 if created else 200)
 
 

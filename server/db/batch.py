@@ -72,7 +72,6 @@ class _RedoItemByItem(Exception):
     """A work item refused in an optimistic (savepoint-free) batch: redo item by item."""
 
 
-
 Item = Write | Work
 Finish = Callable[[AsyncConnection, list[Write]], Awaitable[None]]
 #: ``guard(conn, writes)`` → the indexes (into ``writes``) refused, with their errors.
@@ -124,21 +123,16 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
                 if index in refused:
                     outcomes.append(refused[index])
                     continue
-                if bulk and isinstance(item, Write):
-                    outcomes.append(item)
-                    done.append(item)
-                    inserted.append(item)
-                    continue
-                if bulk and not isinstance(item, Write):
+                if bulk:
                     # Optimistic: no savepoint per item. Any refusal or database error
                     # rolls the whole batch back, and it is redone item by item.
                     try:
-                        write = await item(conn)
+                        write = item if isinstance(item, Write) else await item(conn)
                     except CosignerError as exc:
                         raise _RedoItemByItem from exc
                     outcomes.append(write)
                     done.append(write)
-                    inserted.append(write)  # rows, if any, go in with the bulk insert
+                    inserted.append(write)  # its rows go in with the bulk insert
                     continue
                 try:
                     async with conn.begin_nested():

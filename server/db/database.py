@@ -80,8 +80,9 @@ class Database:
                 json_serializer=_json_text)
             self.bulk_engine = self.engine
             return
-        # Connections are opened once and kept: an overflow connection closed on every
-        # check-in made concurrent decisions open (thread + PRAGMAs) again and again.
+        # A kept pool: the default (5, overflow closed on check-in) made concurrent requests
+        # open connections (a thread + PRAGMAs each) again and again. Statements no longer
+        # yield mid-read, so 8 suffice; each holds its own page cache (memory).
         size = pool_size or 8
         pooling: dict[str, Any] = {"pool_size": size, "max_overflow": size,
                                    "pool_timeout": busy_timeout_ms / 1000,
