@@ -10,12 +10,12 @@ each other's rows.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -83,16 +83,23 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def migrated_database(folder: Path, db_kind: str, pg_url: str | None,
+                      sqlite_template: Path) -> str:
+    """The URL of a migrated database: a fresh copy of the SQLite template in ``folder``,
+    or the session's shared PostgreSQL database."""
+    if db_kind == "postgres":
+        assert pg_url is not None
+        return pg_url
+    path = folder / "cosigner.db"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite+aiosqlite:///{path}"
+
+
 @pytest.fixture
 def database_url(db_kind: str, pg_url: str | None, sqlite_template: Path,
                  tmp_path: Path) -> str:
     """A migrated database for this test (a fresh SQLite file, or the shared PG db)."""
-    if db_kind == "postgres":
-        assert pg_url is not None
-        return pg_url
-    path = tmp_path / "cosigner.db"
-    shutil.copy(sqlite_template, path)
-    return f"sqlite+aiosqlite:///{path}"
+    return migrated_database(tmp_path, db_kind, pg_url, sqlite_template)
 
 
 @pytest.fixture
@@ -195,13 +202,13 @@ def free_port() -> int:
 class LiveServer:
     """A real ``cosigner serve`` process on a loopback port."""
 
-    def __init__(self, env: dict[str, str], port: int, log_path: Path | None = None) -> None:
+    def __init__(self, env: dict[str, str], port: int, log_path: Path) -> None:
         self.env, self.port = env, port
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
         # The server's log goes to a file: an undrained pipe fills up (64 KiB) under an
         # outage's error logging and then blocks the server's event loop on write.
-        self.log_path = log_path or Path(tempfile.mkdtemp()) / f"server-{port}.log"
+        self.log_path = log_path
 
     def log_tail(self, chars: int = 2000) -> str:
         try:
@@ -238,6 +245,24 @@ class LiveServer:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+def start_module_server(folder: Path, *, db_kind: str, pg_url: str | None,
+                        sqlite_template: Path, bundle_dirs: list[Path],
+                        **env: str) -> tuple[LiveServer, str]:
+    """Start one ``cosigner serve`` for a test module (starting one costs seconds; tests
+    stay apart by tenant): its database (``migrated_database``), keys and log in
+    ``folder``, the given bundle folders, plus ``env``. Returns ``(server, database_url)``;
+    the caller stops the server."""
+    database_url = migrated_database(folder, db_kind, pg_url, sqlite_template)
+    full = {**os.environ, "COSIGNER_DATABASE_URL": database_url,
+            "COSIGNER_KEY_DIR": str(folder / "keys"),
+            "COSIGNER_BUNDLE_DIRS": json.dumps([str(path) for path in bundle_dirs]),
+            "COSIGNER_LOG_LEVEL": "warning", **env}
+    port = free_port()
+    server = LiveServer(full, port, log_path=folder / f"server-{port}.log")
+    server.start()
+    return server, database_url
 
 
 @pytest.fixture

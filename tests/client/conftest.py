@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +15,7 @@ from server.clock import system_clock
 from server.db.database import Database
 from server.principals import create_api_key
 from tests.client.netfaults import FaultProxy
-from tests.conftest import ROOT, LiveServer, free_port
+from tests.conftest import ROOT, start_module_server
 
 ACTORS = {"principal": {"id": "customer-42", "type": "customer"},
           "initiator": {"id": "agent-support", "type": "agent"}}
@@ -70,19 +68,9 @@ def shared_server(db_kind: str, pg_url: str | None, sqlite_template: Path,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """One ``cosigner serve`` per test module (starting one costs seconds); tests stay
     apart by tenant. Yields ``(url, database_url)``."""
-    tmp = tmp_path_factory.mktemp("client-live")
-    if db_kind == "postgres":
-        assert pg_url is not None
-        database_url = pg_url
-    else:
-        shutil.copy(sqlite_template, tmp / "cosigner.db")
-        database_url = f"sqlite+aiosqlite:///{tmp / 'cosigner.db'}"
-    env = {**os.environ, "COSIGNER_DATABASE_URL": database_url,
-           "COSIGNER_KEY_DIR": str(tmp / "keys"),
-           "COSIGNER_BUNDLE_DIRS": f'["{ROOT / "policies"}", "{ROOT / "rego"}"]',
-           "COSIGNER_LOG_LEVEL": "warning"}
-    server = LiveServer(env, free_port())
-    server.start()
+    server, database_url = start_module_server(
+        tmp_path_factory.mktemp("client-live"), db_kind=db_kind, pg_url=pg_url,
+        sqlite_template=sqlite_template, bundle_dirs=[ROOT / "policies", ROOT / "rego"])
     yield server.url, database_url
     server.stop()
 

@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from server.clock import system_clock
 from server.db.database import Database
 from server.principals import create_api_key
-from tests.conftest import ROOT, LiveServer, free_port
+from tests.conftest import ROOT, LiveServer, start_module_server
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -129,20 +129,10 @@ def module_server(db_kind: str, pg_url: str | None, sqlite_template: Path,
     servers: list[LiveServer] = []
 
     def start(bundle_dir: Path) -> tuple[str, str]:
-        tmp = tmp_path_factory.mktemp("mcp-live")
-        if db_kind == "postgres":
-            assert pg_url is not None
-            database_url = pg_url
-        else:
-            shutil.copy(sqlite_template, tmp / "cosigner.db")
-            database_url = f"sqlite+aiosqlite:///{tmp / 'cosigner.db'}"
-        env = {**os.environ, "COSIGNER_DATABASE_URL": database_url,
-               "COSIGNER_KEY_DIR": str(tmp / "keys"),
-               "COSIGNER_BUNDLE_DIRS": json.dumps([str(bundle_dir)]),
-               "COSIGNER_PUBLIC_URL": "https://cosigner.example",
-               "COSIGNER_LOG_LEVEL": "warning"}
-        server = LiveServer(env, free_port())
-        server.start()
+        server, database_url = start_module_server(
+            tmp_path_factory.mktemp("mcp-live"), db_kind=db_kind, pg_url=pg_url,
+            sqlite_template=sqlite_template, bundle_dirs=[bundle_dir],
+            COSIGNER_PUBLIC_URL="https://cosigner.example")
         servers.append(server)
         return server.url, database_url
 

@@ -4,9 +4,6 @@ real ``cosigner serve`` process. Accounts are made with the real CLI."""
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -18,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ROOT, LiveServer, free_port
+from tests.conftest import ROOT, LiveServer, start_module_server
 from tests.web.conftest import PASSWORD, message_request, permit_claims, refund_request
 from tests.web.conftest import review_bundle as make_review_bundle
 
@@ -103,24 +100,14 @@ def server(db_kind: str, pg_url: str | None, sqlite_template: Path,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """One ``cosigner serve`` for the module (each test uses its own tenants)."""
     folder = tmp_path_factory.mktemp("browser")
-    if db_kind == "postgres":
-        assert pg_url is not None
-        url = pg_url
-    else:
-        shutil.copy(sqlite_template, folder / "cosigner.db")
-        url = f"sqlite+aiosqlite:///{folder / 'cosigner.db'}"
-    env = dict(os.environ)
-    env.update({
-        "COSIGNER_DATABASE_URL": url, "COSIGNER_KEY_DIR": str(folder / "keys"),
-        "COSIGNER_BUNDLE_DIRS": json.dumps([str(ROOT / "policies"), str(folder / "bundles")]),
-        "COSIGNER_LOG_LEVEL": "warning", "COSIGNER_PUBLIC_URL": "http://127.0.0.1",
-    })
     # Bundles for tenant-name patterns are read at start: one per test tenant suffix.
     for index in range(40):
         make_review_bundle(folder, f"{RUN}b{index}-msg")
         make_review_bundle(folder, f"{RUN}b{index}-short", timeout_ms=SHORT_TTL_MS)
-    live = LiveServer(env, free_port())
-    live.start()
+    live, _ = start_module_server(
+        folder, db_kind=db_kind, pg_url=pg_url, sqlite_template=sqlite_template,
+        bundle_dirs=[ROOT / "policies", folder / "bundles"],
+        COSIGNER_PUBLIC_URL="http://127.0.0.1")
     yield live
     live.stop()
 
