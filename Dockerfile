@@ -6,7 +6,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     COSIGNER_BUNDLE_DIRS='["/app/policies", "/app/rego"]'
 WORKDIR /app
 COPY pyproject.toml README.md ./
-COPY server ./server
+COPY cosigner ./cosigner
 RUN pip install --no-cache-dir . && useradd --system --uid 10001 --home /data cosigner \
     && mkdir -p /data && chown cosigner /data
 COPY policies ./policies

@@ -30,10 +30,10 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from server.audit.chain import GENESIS, Event, event_body, hash_body  # noqa: E402
-from server.audit.checkpoints import sign_checkpoint  # noqa: E402
-from server.db.migrate import upgrade  # noqa: E402
-from server.keys import Keyring  # noqa: E402
+from cosigner.audit.chain import GENESIS, Event, event_body, hash_body  # noqa: E402
+from cosigner.audit.checkpoints import sign_checkpoint  # noqa: E402
+from cosigner.db.migrate import upgrade  # noqa: E402
+from cosigner.permits.keyring import Keyring  # noqa: E402
 
 TENANT = "bench"
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
@@ -108,11 +108,11 @@ def main() -> None:
 
     env = dict(os.environ, COSIGNER_DATABASE_URL=url, COSIGNER_KEY_DIR=str(key_dir),
                COSIGNER_BUNDLE_DIRS=f'["{ROOT / "policies"}"]', COSIGNER_LOG_LEVEL="warning")
-    key = subprocess.run([sys.executable, "-m", "server.cli", "principals", "add-key",
+    key = subprocess.run([sys.executable, "-m", "cosigner", "principals", "add-key",
                           "--tenant", TENANT, "--role", "auditor"], env=env, cwd=ROOT,
                          check=True, capture_output=True, text=True).stdout.strip()
     port = 18000 + os.getpid() % 1000
-    server = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--no-migrate",
+    server = subprocess.Popen([sys.executable, "-m", "cosigner", "serve", "--no-migrate",
                                "--port", str(port)], env=env, cwd=ROOT)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -168,7 +168,7 @@ def main() -> None:
 
 
 # Runs `cosigner audit verify` and prints its own peak RSS (KiB) last on stderr.
-VERIFY = ("import resource, sys\nfrom server.cli import main\ncode = main(sys.argv[1:])\n"
+VERIFY = ("import resource, sys\nfrom cosigner.cli.main import main\ncode = main(sys.argv[1:])\n"
           "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
           "sys.exit(code)")
 

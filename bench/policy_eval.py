@@ -25,8 +25,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from server.policy.cases import evaluate_case, with_defaults  # noqa: E402
-from server.policy.store import PolicyStore, run_bundle  # noqa: E402
+from cosigner.policy.cases import evaluate_case, with_defaults  # noqa: E402
+from cosigner.policy.store import PolicyStore, run_bundle  # noqa: E402
 
 AMOUNTS = {"allow": 5000, "require_approval": 150000, "deny": 250000}
 BUNDLES = {"python": ROOT / "policies" / "refunds", "rego": ROOT / "rego" / "refunds"}

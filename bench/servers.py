@@ -199,7 +199,7 @@ class CosignerDeployment(Deployment):
             # Permits are minted a few seconds before the redeem cell; a day is plenty.
             "COSIGNER_PERMIT_TTL_S": "86400",
         })
-        cli = [sys.executable, "-m", "server.cli"]
+        cli = [sys.executable, "-m", "cosigner"]
         run(cli + ["migrate"], env)
         self.key = run(cli + ["principals", "add-key", "--tenant", self.tenant,
                               "--role", "runtime", "--subject", "bench-runtime"],

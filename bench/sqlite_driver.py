@@ -1,5 +1,5 @@
 """What one SQLAlchemy statement costs on SQLite: aiosqlite's thread per call vs
-:mod:`server.db.sqlite_inline` (statements on the loop thread, COMMIT on the thread).
+:mod:`cosigner.db.sqlite_inline` (statements on the loop thread, COMMIT on the thread).
 
     .venv/bin/python bench/sqlite_driver.py [--statements 2000] [--transactions 300] [--rounds 3]
 
@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine  # noqa: E402
 
-from server.db.database import _configure_sqlite  # noqa: E402
-from server.db.sqlite_inline import inline_creator  # noqa: E402
+from cosigner.db.database import _configure_sqlite  # noqa: E402
+from cosigner.db.sqlite_inline import inline_creator  # noqa: E402
 
 BUSY_MS = 10_000
 

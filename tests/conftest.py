@@ -26,12 +26,12 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from server.app import create_app
-from server.clock import Clock
-from server.db.database import Database
-from server.db.migrate import upgrade
-from server.principals import create_api_key
-from server.settings import Settings
+from cosigner.core.clock import Clock
+from cosigner.core.settings import Settings
+from cosigner.db.database import Database
+from cosigner.db.migrate import upgrade
+from cosigner.http.app import create_app
+from cosigner.identity.principals import create_api_key
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_BASE_URL = os.environ.get("COSIGNER_TEST_PG_URL",
@@ -219,7 +219,7 @@ class LiveServer:
     def start(self, *extra: str) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port),
+                [sys.executable, "-m", "cosigner", "serve", "--port", str(self.port),
                  *extra], env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from server.audit.verify import verify_export
+from cosigner.audit.verify import verify_export
 from tests.audit.conftest import checkpoint, decide, export_lines, jwks, records
 from tests.conftest import Harness, decision_request
 

@@ -9,12 +9,12 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from server import cli
-from server.audit.prune import prune
-from server.audit.system import SYSTEM_TENANT
-from server.audit.verify import verify_export
-from server.clock import FrozenClock
-from server.db.tables import audit_events
+from cosigner.audit.prune import prune
+from cosigner.audit.system import SYSTEM_TENANT
+from cosigner.audit.verify import verify_export
+from cosigner.cli import main as cli
+from cosigner.core.clock import FrozenClock
+from cosigner.db.tables import audit_events
 from tests.audit.conftest import checkpoint, decide, export_lines, jwks, records
 from tests.conftest import Harness
 
@@ -98,7 +98,7 @@ def test_cli_export_then_verify_offline(tmp_path: Path, monkeypatch: Any, tenant
     copy exits 1 naming the fault."""
     import asyncio
 
-    from server.app import create_app
+    from cosigner.http.app import create_app
 
     settings = settings_factory()
     monkeypatch.setenv("COSIGNER_DATABASE_URL", settings.database_url)

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.audit.masking import MASK, is_always_masked, mask_value, mask_with_paths
+from cosigner.audit.masking import MASK, is_always_masked, mask_value, mask_with_paths
 
 
 def test_pointers_mask_nested_values_and_list_items() -> None:

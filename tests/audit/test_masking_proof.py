@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from server.audit.masking import MASK
-from server.db.tables import audit_events
+from cosigner.audit.masking import MASK
+from cosigner.db.tables import audit_events
 from tests.audit.conftest import export_lines, records
 from tests.conftest import decision_request
 
@@ -104,12 +104,12 @@ async def tables_holding(h: Any, needle: str) -> set[str]:
     import importlib
     import pkgutil
 
-    import server.db
-    from server.db.tables import metadata
+    import cosigner.db
+    from cosigner.db.tables import metadata
 
-    for info in pkgutil.iter_modules(server.db.__path__):
+    for info in pkgutil.iter_modules(cosigner.db.__path__):
         if info.name.startswith("tables_"):
-            importlib.import_module(f"server.db.{info.name}")
+            importlib.import_module(f"cosigner.db.{info.name}")
     found = set()
     async with h.db.read() as conn:
         for table in metadata.sorted_tables:

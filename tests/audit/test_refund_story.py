@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from server.audit.verify import verify_export
-from tests.api.approval_helpers import redeem, refund_args, review, state
+from cosigner.audit.verify import verify_export
 from tests.audit.conftest import export_lines, jwks, records
 from tests.conftest import Harness, decision_request
+from tests.http.approval_helpers import redeem, refund_args, review, state
 
 
 async def test_refund_export_reads_decision_to_outcome_in_order(harness: Harness,

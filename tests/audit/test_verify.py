@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from server.audit.verify import Report, verify_export
-from server.canonical import canonicalize, hash_bytes
+from cosigner.audit.verify import Report, verify_export
+from cosigner.core.canonical import canonicalize, hash_bytes
 from tests.audit.conftest import jwks, records, seeded_export
 from tests.conftest import Harness
 

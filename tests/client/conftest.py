@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from server.clock import system_clock
-from server.db.database import Database
-from server.principals import create_api_key
+from cosigner.core.clock import system_clock
+from cosigner.db.database import Database
+from cosigner.identity.principals import create_api_key
 from tests.client.netfaults import FaultProxy
 from tests.conftest import ROOT, start_module_server
 

@@ -15,8 +15,8 @@ from cosigner_client import canonical as client
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server import canonical as server
-from server.errors import InvalidJSON
+from cosigner.core import canonical as server
+from cosigner.core.errors import InvalidJSON
 
 VECTORS = json.loads((Path(__file__).parent.parent / "canonical_vectors.json")
                      .read_text("utf-8"))

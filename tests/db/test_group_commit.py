@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from server.db.group_commit import GroupCommitter
-from server.errors import Conflict, Unavailable
+from cosigner.core.errors import Conflict, Unavailable
+from cosigner.db.group_commit import GroupCommitter
 
 
 async def test_concurrent_submits_share_batches_and_get_their_own_results() -> None:

@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
-from server.audit.chain import verify_bodies
-from server.clock import system_clock
-from server.db.database import Database
-from server.db.tables import audit_events, permits
-from server.principals import create_api_key
+from cosigner.audit.chain import verify_bodies
+from cosigner.core.clock import system_clock
+from cosigner.db.database import Database
+from cosigner.db.tables import audit_events, permits
+from cosigner.identity.principals import create_api_key
 from tests.conftest import ROOT
 
 REFUND_ARGS = {"order_id": "ord_8472", "currency": "USD", "reason_code": "duplicate_charge"}

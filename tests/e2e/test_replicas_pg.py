@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.audit.verify import verify_export
-from tests.api.approval_helpers import needs, write_scripted_bundle
+from cosigner.audit.verify import verify_export
 from tests.conftest import ROOT, LiveServer, decision_request
 from tests.e2e.helpers import AMOUNT, PYTHON_BUNDLES, client, make_keys, read_log, refund
+from tests.http.approval_helpers import needs, write_scripted_bundle
 
 pytestmark = pytest.mark.slow
 
@@ -183,7 +183,7 @@ async def test_chain_stays_linear_under_concurrent_writers_on_two_replicas(
     out.write_text(exports[tenant])
     (tmp_path / "jwks.json").write_text(json.dumps(jwks))
     verified = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "server.cli", "audit", "verify", str(out), "--jwks",
+        sys.executable, "-m", "cosigner", "audit", "verify", str(out), "--jwks",
         str(tmp_path / "jwks.json"), cwd=ROOT, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE)
     stdout, stderr = await verified.communicate()

@@ -22,9 +22,9 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from server.clock import system_clock
-from server.db.database import Database
-from server.principals import create_api_key
+from cosigner.core.clock import system_clock
+from cosigner.db.database import Database
+from cosigner.identity.principals import create_api_key
 from tests.conftest import ROOT, LiveServer, start_module_server
 
 HERE = Path(__file__).resolve().parent

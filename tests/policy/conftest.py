@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from server.policy.rego_engine import RegoEngine
+from cosigner.policy.rego_engine import RegoEngine
 
 ROOT = Path(__file__).resolve().parents[2]
 REFUNDS_PY = ROOT / "policies" / "refunds"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from server.errors import PolicyError
-from server.policy.bundle import Bundle
-from server.policy.cases import (
+from cosigner.core.errors import PolicyError
+from cosigner.policy.bundle import Bundle
+from cosigner.policy.cases import (
     DEFAULT_INPUT,
     check_bundle,
     evaluate_case,
@@ -19,7 +19,7 @@ from server.policy.cases import (
     test_bundle,
     with_defaults,
 )
-from server.policy.store import PolicyStore, run_bundle
+from cosigner.policy.store import PolicyStore, run_bundle
 from tests.policy.conftest import REFUNDS_PY, REFUNDS_REGO, manifest, write_bundle
 
 GOLDEN = load_cases((REFUNDS_PY / "cases.yaml").read_bytes(), where="cases.yaml")

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from server.errors import InvalidArgs, PolicyError
-from server.policy.catalogue import ToolCatalogue, load_catalogue
+from cosigner.core.errors import InvalidArgs, PolicyError
+from cosigner.policy.catalogue import ToolCatalogue, load_catalogue
 from tests.policy.conftest import REFUNDS_PY
 
 VALID_REFUND = {

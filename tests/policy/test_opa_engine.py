@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from server.errors import PolicyError
-from server.policy.bundle import Bundle
-from server.policy.cases import evaluate_case, load_cases
-from server.policy.opa_engine import OpaEngine, data_path
-from server.policy.store import PolicyStore, engine_factory, run_bundle
+from cosigner.core.errors import PolicyError
+from cosigner.policy.bundle import Bundle
+from cosigner.policy.cases import evaluate_case, load_cases
+from cosigner.policy.opa_engine import OpaEngine, data_path
+from cosigner.policy.store import PolicyStore, engine_factory, run_bundle
 from tests.policy.conftest import REFUNDS_PY, OpaStandin, Script, free_port, manifest, write_bundle
 
 ENTRY = "data.cosigner.refunds.decision"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from server.errors import PolicyError
-from server.policy.bundle import Bundle, Manifest
-from server.policy.rego_engine import RegoEngine, input_keys, run_rego_tests
-from server.policy.store import run_bundle
+from cosigner.core.errors import PolicyError
+from cosigner.policy.bundle import Bundle, Manifest
+from cosigner.policy.rego_engine import RegoEngine, input_keys, run_rego_tests
+from cosigner.policy.store import run_bundle
 from tests.policy.conftest import REFUNDS_REGO, rego_engine
 
 ENTRY = "data.cosigner.refunds.decision"

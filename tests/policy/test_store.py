@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from server.policy.cases import check_bundle, with_defaults
-from server.policy.opa_engine import OpaEngine
-from server.policy.store import PolicyStore, engine_factory
+from cosigner.policy.cases import check_bundle, with_defaults
+from cosigner.policy.opa_engine import OpaEngine
+from cosigner.policy.store import PolicyStore, engine_factory
 from tests.policy.conftest import REFUNDS_PY, REFUNDS_REGO, manifest, write_bundle
 
 GOOD = 'package cosigner.test\n\ndecision := {"effect": "allow", "reasons": ["v1"]}\n'

@@ -7,9 +7,9 @@ from typing import Any
 
 import httpx
 
-from server import accounts
-from server.clock import system_clock
-from server.db.database import Database
+from cosigner.core.clock import system_clock
+from cosigner.db.database import Database
+from cosigner.identity import accounts
 
 PASSWORD = "correct horse battery staple"
 _CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')

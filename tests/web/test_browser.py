@@ -50,7 +50,7 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 def cli(server: LiveServer, *args: str, stdin: str = "") -> str:
-    done = subprocess.run([sys.executable, "-m", "server.cli", *args], input=stdin,
+    done = subprocess.run([sys.executable, "-m", "cosigner", *args], input=stdin,
                           capture_output=True, text=True, env=server.env, cwd=ROOT,
                           timeout=60)
     assert done.returncode == 0, done.stderr

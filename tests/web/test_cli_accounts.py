@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from server import accounts
-from server.cli import main
-from server.clock import system_clock
-from server.db.database import Database
-from server.db.tables import principals
-from server.errors import Unauthenticated
+from cosigner.cli.main import main
+from cosigner.core.clock import system_clock
+from cosigner.core.errors import Unauthenticated
+from cosigner.db.database import Database
+from cosigner.db.tables import principals
+from cosigner.identity import accounts
 from tests.web.conftest import PASSWORD
 
 

@@ -1,5 +1,5 @@
 """The approver pages over HTTP (no browser): what they show, and every way a review
-through the form is refused. The rules themselves live in ``server.approvals.review``."""
+through the form is refused. The rules themselves live in ``cosigner.approvals.reviews.review``."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
-from server.canonical import args_hash, canonicalize
-from server.clock import FrozenClock
-from server.db.tables_approvals import approvals, reviews
-from server.web import views
+from cosigner.core.canonical import args_hash, canonicalize
+from cosigner.core.clock import FrozenClock
+from cosigner.db.tables_approvals import approvals, reviews
+from cosigner.web import views
 from tests.conftest import ROOT
 from tests.web.conftest import (
     add_user,

@@ -9,11 +9,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from server import accounts
-from server.clock import FrozenClock
-from server.db.tables import api_keys, principals
-from server.db.tables_web import web_sessions
-from server.web import csrf, sessions
+from cosigner.core.clock import FrozenClock
+from cosigner.db.tables import api_keys, principals
+from cosigner.db.tables_web import web_sessions
+from cosigner.identity import accounts
+from cosigner.web import csrf, sessions
 from tests.web.conftest import PASSWORD, add_user, csrf_of, sign_in, web_client
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from server.db.tables_web import webhook_attempts, webhook_deliveries
-from server.permits import numeric_date
-from server.webhooks import signing
-from server.webhooks.worker import MAX_ATTEMPTS, backoff_s
+from cosigner.db.tables_web import webhook_attempts, webhook_deliveries
+from cosigner.permits.tokens import numeric_date
+from cosigner.webhooks import signing
+from cosigner.webhooks.worker import MAX_ATTEMPTS, backoff_s
 from tests.conftest import ROOT
 from tests.web.conftest import message_request, refund_request, review_bundle
 

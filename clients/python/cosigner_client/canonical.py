@@ -1,5 +1,5 @@
 """RFC 8785 (JSON Canonicalization Scheme) and the args hash, agreeing byte for byte with
-the server (``server.canonical``), with the same strict rejections.
+the server (``cosigner.core.canonical``), with the same strict rejections.
 
 A permit is bound to ``sha256(canonical(args))``; the client computes that hash itself, so
 it can refuse to send what the server would refuse (before any network call) and detect a
@@ -245,7 +245,7 @@ def _int(literal: str) -> int:
 
 
 def parse_json(text: str | bytes) -> Any:
-    """Parse JSON text exactly as the server does (``server.canonical.parse_json``).
+    """Parse JSON text exactly as the server does (``cosigner.core.canonical.parse_json``).
 
     Raises:
         InvalidArguments: ``invalid_json``, ``duplicate_key``, ``non_finite_number``,

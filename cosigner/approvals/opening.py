@@ -1,0 +1,226 @@
+"""Opening approval requests: from a ``require_approval`` decision, or on a runtime's request.
+
+An identical request (same tenant, run, tool, args hash) while one is pending joins it: same
+id, no new notification. The partial unique index ``uq_approvals_pending_call`` settles two
+concurrent openings across replicas; the loser's insert does nothing and it joins the winner.
+A pending twin already past ``expires_at`` is expired first (expiry wins), then a new request
+opens.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cosigner.approvals.reviews import (
+    SYSTEM_ACTOR,
+    actor,
+    event,
+    expire,
+    is_due,
+    load,
+    notify,
+    reviews_of,
+)
+from cosigner.approvals.views import view
+from cosigner.audit.chain import Event, append
+from cosigner.audit.masking import mask_value
+from cosigner.core.canonical import canonicalize
+from cosigner.core.errors import Conflict, InvalidRequest, NotFound, PolicyError
+from cosigner.db.tables import decisions
+from cosigner.db.tables_approvals import approvals
+from cosigner.identity.principals import Caller
+from cosigner.permits import ledger as permit_ledger
+from cosigner.policy.result import ApprovalRequirement
+
+if TYPE_CHECKING:
+    from cosigner.core.settings import Settings
+    from cosigner.decisions.pdp import Deps
+
+__all__ = ["CallFacts", "open_request", "record_gate", "request_review"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallFacts:
+    """The call an approval request is about, as the server recorded it."""
+
+    tenant: str
+    decision_id: str
+    run_id: str
+    tool: str
+    args: dict[str, Any]
+    args_hash: str
+    mask: tuple[str, ...]
+    initiator: dict[str, Any]
+    principal: dict[str, Any]
+    policy: dict[str, str] | None
+    reasons: list[dict[str, str]]
+
+
+async def _pending_for_call(conn: AsyncConnection, call: CallFacts) -> Any:
+    query = select(approvals).where(
+        approvals.c.tenant == call.tenant, approvals.c.run_id == call.run_id,
+        approvals.c.tool == call.tool, approvals.c.args_hash == call.args_hash,
+        approvals.c.status == "pending")
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    return (await conn.execute(query)).first()
+
+
+@lru_cache(maxsize=2)
+def _insert_pending(dialect: str) -> Any:
+    """``INSERT INTO approvals ... ON CONFLICT (pending twin) DO NOTHING RETURNING id``,
+    built once per dialect (values are bound per call, so the compiled form is reused)."""
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    return insert(approvals).on_conflict_do_nothing(
+        index_elements=["tenant", "run_id", "tool", "args_hash"],
+        index_where=text("status = 'pending'"),
+    ).returning(approvals.c.id)
+
+
+async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallFacts,
+                       requirement: ApprovalRequirement, opened_by: dict[str, Any],
+                       now: datetime, kind: str = "policy",
+                       reason: str | None = None) -> tuple[dict[str, Any], list[Event]]:
+    """Open an approval request for ``call`` inside the caller's transaction, or join the
+    identical pending one (same tenant, run, tool, args hash): same id, no new request.
+
+    Returns ``(approval object of the Decision, events)``; the events are
+    ``approval.requested`` or ``approval.joined`` (plus ``approval.expired`` when the pending
+    twin had run out). A concurrent insert of the twin is settled by the partial unique index
+    ``uq_approvals_pending_call``: the loser's insert does nothing and it joins the winner.
+    Only a new request notifies (webhook ``approval.pending``, queued in this transaction).
+    """
+    public_url = settings.public_url
+    events: list[Event] = []
+    for _ in range(3):
+        # Insert first: the partial unique index says whether a pending twin exists, so
+        # the common case (a new request) costs one statement and no read.
+        approval_id = str(uuid.uuid4())
+        expires_at = now + timedelta(milliseconds=requirement.timeout_ms)
+        values = dict(
+            id=approval_id, tenant=call.tenant, kind=kind, decision_id=call.decision_id,
+            run_id=call.run_id, tool=call.tool, args_hash=call.args_hash,
+            # Stored masked (invariant 10 at rest, like call_inputs); the hash binds.
+            args=canonicalize(mask_value(call.args, list(call.mask))).decode(),
+            mask=list(call.mask),
+            requirement=requirement.as_dict(), status="pending", initiator=call.initiator,
+            principal=call.principal, opened_by=opened_by, reasons=call.reasons,
+            policy=call.policy, reason=reason, created_at=now, expires_at=expires_at)
+        if (await conn.execute(_insert_pending(conn.dialect.name), values)).first():
+            row = SimpleNamespace(**values, decided_at=None, permit_jti=None, permit=None)
+            events.append(event("approval.requested", row, opened_by, kind=kind,
+                                requirement=requirement.as_dict(),
+                                expires_at=expires_at.isoformat(), reason=reason))
+            await notify(conn, settings, row, "approval.pending", now)
+            return view(row, [], public_url=public_url, now=now, brief=True), events
+        existing = await _pending_for_call(conn, call)
+        if existing is None:
+            # The twin left 'pending' while we waited for its row lock: the next INSERT
+            # is a new statement and sees it gone (or joins a newer twin).
+            continue
+        if not is_due(existing, now):
+            break
+        events += await expire(conn, existing, now, SYSTEM_ACTOR)  # then open a new one
+    else:
+        raise Conflict("a concurrent approval request changed state; retry",
+                       code="approval_race")
+    events.append(event("approval.joined", existing, opened_by,
+                         decision_id=call.decision_id))
+    rows = await reviews_of(conn, existing.id)
+    return view(existing, rows, public_url=public_url, now=now, brief=True), events
+
+
+async def request_review(deps: Deps, caller: Caller, *, decision_id: str,
+                         reason: str) -> dict[str, Any]:
+    """A runtime asks for human review of a call the policy allowed.
+
+    The decision's unredeemed permit is revoked (withheld) and a ``runtime_review`` request
+    opens with the active bundle's ``[review]`` requirement; once approved a new permit is
+    minted. Asking twice for the same decision returns the first request.
+
+    Raises:
+        Forbidden: caller lacks the ``runtime`` role. NotFound: no such decision in the
+        caller's tenant. InvalidRequest ``not_an_allow_decision``. PolicyError
+        ``no_review_requirement`` (the bundle declares no ``[review]``). Conflict
+        ``already_redeemed`` (the call already ran).
+    """
+    caller.require("runtime")
+    now = deps.clock()
+    async with deps.db.transaction() as conn:
+        decision = (await conn.execute(select(decisions).where(
+            decisions.c.id == decision_id, decisions.c.tenant == caller.tenant))).first()
+        if decision is None:
+            raise NotFound("no such decision")
+        if decision.effect != "allow":
+            raise InvalidRequest("only an allow decision can be sent for review",
+                                 code="not_an_allow_decision")
+        earlier = (await conn.execute(select(approvals).where(
+            approvals.c.tenant == caller.tenant, approvals.c.decision_id == decision_id,
+            approvals.c.kind == "runtime_review"))).first()
+        if earlier is not None:
+            return view(earlier, await reviews_of(conn, earlier.id),
+                        public_url=deps.settings.public_url, now=now)
+        bundle = deps.store.snapshot.bundle_for(caller.tenant)
+        requirement = bundle.manifest.review if bundle is not None else None
+        if requirement is None:
+            raise PolicyError("the active policy bundle declares no [review] requirement",
+                              code="no_review_requirement")
+        stored = await permit_ledger.load_call_input(conn, caller.tenant, decision_id)
+        if stored is None:
+            raise PolicyError("the decision's input was not recorded", code="policy_error")
+        input_doc, mask = stored
+        events = await permit_ledger.withhold(conn, tenant=caller.tenant,
+                                              decision_id=decision_id, now=now,
+                                              actor=actor(caller))
+        call = CallFacts(
+            tenant=caller.tenant, decision_id=decision_id, run_id=decision.run_id,
+            tool=decision.tool, args=input_doc["args"], args_hash=decision.args_hash,
+            mask=tuple(mask), initiator=input_doc["initiator"],
+            principal=input_doc["principal"], policy=bundle.ref() if bundle else None,
+            reasons=[{"code": "review_requested", "message": reason[:500]}])
+        brief, opened = await open_request(
+            conn, deps.settings, call=call, requirement=requirement, opened_by=actor(caller),
+            now=now, kind="runtime_review", reason=reason[:500])
+        await append(conn, caller.tenant, events + opened, now=now)
+        row = await load(conn, caller.tenant, brief["id"], lock=False)
+        return view(row, await reviews_of(conn, row.id), public_url=deps.settings.public_url,
+                    now=now, include_permit=True)
+
+
+async def record_gate(conn: AsyncConnection, settings: Settings, caller: Caller, *,
+                      response: dict[str, Any], requirement: ApprovalRequirement | None,
+                      input_doc: dict[str, Any], mask: tuple[str, ...],
+                      now: datetime) -> list[Event]:
+    """Called by ``decisions.decide`` inside its transaction, before the decision event.
+
+    For ``allow`` and ``require_approval`` the policy input is stored (redeem re-checks the
+    active policy on it); for ``require_approval`` the request is opened or joined and
+    ``response["approval"]`` becomes its brief state. Returns the approval events.
+    """
+    effect = response["effect"]
+    if effect not in ("allow", "require_approval"):
+        return []
+    decision_id = response["decision_id"]
+    await permit_ledger.store_call_input(conn, tenant=caller.tenant, decision_id=decision_id,
+                                         input_doc=input_doc, mask=mask)
+    if effect != "require_approval" or requirement is None:
+        return []
+    call = CallFacts(
+        tenant=caller.tenant, decision_id=decision_id, run_id=input_doc["run"]["id"],
+        tool=input_doc["tool"]["name"], args=input_doc["args"],
+        args_hash=response["args_hash"], mask=mask, initiator=input_doc["initiator"],
+        principal=input_doc["principal"], policy=response["policy"],
+        reasons=response["reasons"])
+    response["approval"], events = await open_request(
+        conn, settings, call=call, requirement=requirement, opened_by=actor(caller), now=now)
+    return events

@@ -1,0 +1,121 @@
+"""Reading approval requests: one request's state (with long-poll) and the review queue.
+
+Who may read: callers of the request's tenant holding ``runtime``, ``admin`` or ``auditor``,
+or one of the roles the request needs. Another tenant's id is simply not found (invariant 7).
+The permit of an approved request is shown to ``runtime`` callers only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+
+from cosigner.approvals import rules as review_rules
+from cosigner.approvals.reviews import expire_if_due, reviews_of
+from cosigner.approvals.views import effective_status, view
+from cosigner.core.errors import Forbidden, NotFound
+from cosigner.db.tables_approvals import approvals, reviews
+from cosigner.identity.principals import Caller
+from cosigner.policy.result import parse_requirement
+
+if TYPE_CHECKING:
+    from cosigner.decisions.pdp import Deps
+
+MAX_WAIT_S = 60.0
+POLL_INTERVAL_S = 0.2
+_READERS = ("runtime", "admin", "auditor")
+
+
+def _may_read(caller: Caller, row: Any) -> bool:
+    needed = {g["role"] for g in row.requirement["require"]}
+    return caller.has_any(*_READERS) or bool(caller.roles & needed)
+
+
+async def _read(deps: Deps, caller: Caller, approval_id: str) -> tuple[Any, list[Any]]:
+    async with deps.db.read() as conn:
+        row = (await conn.execute(select(approvals).where(
+            approvals.c.id == approval_id, approvals.c.tenant == caller.tenant))).first()
+        if row is None:
+            raise NotFound("no such approval request")
+        return row, await reviews_of(conn, approval_id)
+
+
+async def get_state(deps: Deps, caller: Caller, approval_id: str, *,
+                    wait_s: float = 0.0) -> dict[str, Any]:
+    """The request's state; with ``wait_s`` (≤ 60 s) wait until it leaves ``pending``.
+
+    Polls the database every 200 ms (replicas share nothing else), so a review on any
+    replica ends the wait. While pending the state carries ``retry_after`` (s).
+
+    Raises:
+        NotFound: no such request in the caller's tenant. Forbidden: the caller may not
+        read it.
+    """
+    deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
+    while True:
+        row, rows = await _read(deps, caller, approval_id)
+        if not _may_read(caller, row):
+            raise Forbidden("you may not read this approval request")
+        now = deps.clock()
+        if row.status == "pending" and effective_status(row, now) == "expired":
+            await expire_if_due(deps, caller.tenant, approval_id)
+            row, rows = await _read(deps, caller, approval_id)
+        if row.status != "pending" or time.monotonic() >= deadline:
+            return view(row, rows, public_url=deps.settings.public_url, now=now,
+                        include_permit=caller.has_any("runtime"))
+        await asyncio.sleep(min(POLL_INTERVAL_S, max(deadline - time.monotonic(), 0.0)))
+
+
+async def list_requests(deps: Deps, caller: Caller, *, status: str = "pending",
+                        limit: int = 100) -> list[dict[str, Any]]:
+    """Requests of the caller's tenant with ``status``, newest first.
+
+    For ``runtime``/``admin``/``auditor`` callers: all of them. For approvers: those needing
+    one of their roles; with ``pending``, only those they may review now (not expired, not
+    their own, not already reviewed, not a second approval in a run they approved in).
+    """
+    now = deps.clock()
+    async with deps.db.read() as conn:
+        rows = (await conn.execute(
+            select(approvals).where(approvals.c.tenant == caller.tenant,
+                                    approvals.c.status == status)
+            .order_by(approvals.c.created_at.desc()).limit(500))).all()
+        approved_runs: dict[str, set[str]] = {}
+        if status == "pending" and not caller.has_any(*_READERS):
+            mine = (await conn.execute(select(reviews.c.approval_id, reviews.c.run_id,
+                                              reviews.c.decision, reviews.c.role).where(
+                reviews.c.tenant == caller.tenant,
+                reviews.c.subject == caller.subject))).all()
+            for item in mine:
+                key = "approved" if item.decision == "approved" and item.role else "any"
+                approved_runs.setdefault(item.run_id, set()).add(item.approval_id + ":" + key)
+        out: list[dict[str, Any]] = []
+        for row in rows:
+            if not _may_read(caller, row):
+                continue
+            if status == "pending" and not caller.has_any(*_READERS):
+                if effective_status(row, now) != "pending":
+                    continue
+                marks = approved_runs.get(row.run_id, set())
+                ctx = review_rules.ReviewContext(
+                    requirement=parse_requirement(row.requirement),
+                    initiator_id=str(row.initiator.get("id")),
+                    principal_id=str(row.principal.get("id")),
+                    opened_by=str(row.opened_by.get("subject")),
+                    previous_approvers=frozenset(
+                        caller.subject for m in marks
+                        if m.endswith(":approved") and not m.startswith(row.id + ":")),
+                    reviewed=frozenset(caller.subject for m in marks
+                                       if m.startswith(row.id + ":")))
+                if review_rules.refusal_code(ctx, subject=caller.subject, roles=caller.roles,
+                                             decision="approved") is not None:
+                    continue
+            out.append(view(row, await reviews_of(conn, row.id),
+                            public_url=deps.settings.public_url, now=now,
+                            include_permit=caller.has_any("runtime")))
+            if len(out) >= limit:
+                break
+    return out

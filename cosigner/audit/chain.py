@@ -1,0 +1,174 @@
+"""Appending events to the per-tenant hash chain.
+
+Each event's body is an object; its canonical form (RFC 8785) includes ``prev_hash``,
+and ``hash = "sha256:" + hex(SHA-256(canonical body))``. The first event of a tenant
+links to :data:`GENESIS`. ``append`` runs inside the caller's transaction, so an event
+commits together with the state change it records, or not at all (invariant 2).
+
+Concurrency: the tenant's head row is locked (SQLite: the write transaction already
+holds the database lock via BEGIN IMMEDIATE; PostgreSQL: ``SELECT ... FOR UPDATE``),
+so concurrent writers on several replicas still produce one linear chain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cosigner.audit.masking import mask_with_paths
+from cosigner.core.canonical import canonicalize, hash_bytes
+from cosigner.core.clock import isoformat
+from cosigner.db.tables import audit_events, audit_heads
+
+SCHEMA_VERSION = 1
+GENESIS = "sha256:" + "0" * 64
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """What a domain function records.
+
+    ``mask`` lists JSON pointers into ``payload`` to redact; :func:`append` applies them
+    and the always-masked keys (:mod:`cosigner.audit.masking`) before hashing, and the
+    stored payload lists what it hid in ``masked_paths``.
+    """
+
+    type: str
+    actor: dict[str, Any]
+    decision_id: str | None = None
+    approval_id: str | None = None
+    permit_jti: str | None = None
+    run_id: str | None = None
+    tool: str | None = None
+    args_hash: str | None = None
+    effect: str | None = None
+    principal: str | None = None
+    policy: dict[str, str] | None = None
+    payload: dict[str, Any] | None = None
+    mask: tuple[str, ...] = ()
+    #: When it happened; ``append``'s ``now`` when unset.
+    time: datetime | None = None
+
+
+def masked_payload(event: Event) -> dict[str, Any]:
+    """The payload as stored: masked, plus the sorted ``masked_paths`` when anything was
+    masked (no ``masked_paths`` member means nothing was hidden)."""
+    payload, paths = mask_with_paths(event.payload or {}, event.mask)
+    if not isinstance(payload, dict):  # the pointer "" masked the whole payload
+        payload = {"masked": payload}
+    return {**payload, "masked_paths": paths} if paths else payload
+
+
+def event_body(event: Event, *, tenant: str, seq: int, time: datetime,
+               prev_hash: str) -> dict[str, Any]:
+    """The hashed JSON object of one event (schema version 1)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "type": event.type,
+        "tenant": tenant,
+        "seq": seq,
+        "time": isoformat(time),
+        "actor": event.actor,
+        "subject": {
+            k: v for k, v in (("decision_id", event.decision_id),
+                              ("approval_id", event.approval_id),
+                              ("permit_jti", event.permit_jti),
+                              ("run_id", event.run_id)) if v is not None
+        },
+        "tool": event.tool,
+        "args_hash": event.args_hash,
+        "effect": event.effect,
+        "policy": event.policy,
+        "payload": masked_payload(event),
+        "prev_hash": prev_hash,
+    }
+
+
+def hash_body(body: dict[str, Any]) -> tuple[str, str]:
+    """``(canonical JSON text, hash)`` of an event body."""
+    canonical = canonicalize(body)
+    return canonical.decode(), hash_bytes(canonical)
+
+
+_HEAD = select(audit_heads.c.seq, audit_heads.c.hash).where(
+    audit_heads.c.tenant == bindparam("tenant"))
+_HEAD_FOR_UPDATE = _HEAD.with_for_update()
+_NEW_HEAD = {name: insert(audit_heads).values(
+    tenant=bindparam("tenant"), seq=0, hash=GENESIS).on_conflict_do_nothing(
+    index_elements=["tenant"]) for name, insert in (("postgresql", pg_insert),
+                                                    ("sqlite", sqlite_insert))}
+_MOVE_HEAD = audit_heads.update().where(audit_heads.c.tenant == bindparam("head_tenant")).values(
+    seq=bindparam("head_seq"), hash=bindparam("head_hash"))
+
+
+async def _lock_head(conn: AsyncConnection, tenant: str) -> tuple[int, str]:
+    """The tenant's chain head, locked for this transaction (PostgreSQL: ``FOR UPDATE``;
+    SQLite: the write transaction holds the database). Created at genesis the first time.
+    Statements are built once, values bound per call."""
+    pg = conn.dialect.name == "postgresql"
+    query = _HEAD_FOR_UPDATE if pg else _HEAD
+    row = (await conn.execute(query, {"tenant": tenant})).first()
+    if row is None:
+        await conn.execute(_NEW_HEAD["postgresql" if pg else "sqlite"], {"tenant": tenant})
+        row = (await conn.execute(query, {"tenant": tenant})).one()
+    return int(row.seq), str(row.hash)
+
+
+async def append(conn: AsyncConnection, tenant: str, events: list[Event],
+                 *, now: datetime) -> list[dict[str, Any]]:
+    """Append ``events`` in order to ``tenant``'s chain inside the open transaction.
+
+    Returns the stored bodies (each with ``seq`` and ``prev_hash``) plus their ``hash``.
+    Database errors propagate to ``Database.transaction`` (→ 503).
+    """
+    seq, prev = await _lock_head(conn, tenant)
+    stored: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    for event in events:
+        seq += 1
+        at = event.time or now
+        body = event_body(event, tenant=tenant, seq=seq, time=at, prev_hash=prev)
+        text, digest = hash_body(body)
+        rows.append({
+            "tenant": tenant, "seq": seq, "type": event.type, "time": at,
+            "decision_id": event.decision_id, "approval_id": event.approval_id,
+            "permit_jti": event.permit_jti, "run_id": event.run_id, "tool": event.tool,
+            "effect": event.effect, "principal": event.principal,
+            "policy_id": (event.policy or {}).get("id"),
+            "policy_version": (event.policy or {}).get("version"),
+            "body": text, "hash": digest,
+        })
+        stored.append({**body, "hash": digest})
+        prev = digest
+    await conn.execute(audit_events.insert(), rows)
+    await conn.execute(_MOVE_HEAD, {"head_tenant": tenant, "head_seq": seq, "head_hash": prev})
+    return stored
+
+
+def verify_bodies(bodies: list[tuple[str, str]], *, start_prev: str = GENESIS,
+                  start_seq: int = 1) -> tuple[int | None, str | None]:
+    """Check stored ``(body text, hash)`` pairs form an unbroken chain.
+
+    Returns ``(None, None)`` when intact, else ``(seq, fault)`` of the first bad event,
+    fault one of ``hash_mismatch``, ``broken_link``, ``seq_gap``.
+    """
+    import json
+
+    prev, expected = start_prev, start_seq
+    for text, digest in bodies:
+        body = json.loads(text)
+        seq = body.get("seq")
+        if hash_bytes(canonicalize(body)) != digest:
+            return seq, "hash_mismatch"
+        if seq != expected:
+            return expected, "seq_gap"
+        if body.get("prev_hash") != prev:
+            return seq, "broken_link"
+        prev, expected = digest, expected + 1
+    return None, None

@@ -1,0 +1,135 @@
+"""``cosigner policy test PATH...`` and ``cosigner policy reload``.
+
+``policy test`` works like ``opa test``: it loads each bundle folder (or every bundle
+folder under a directory), runs its golden cases and, for Rego bundles, its ``test_``
+rules, prints one PASS/FAIL line each and a summary, and exits 1 on any failure or on a
+bundle that does not load. ``policy reload`` asks a running server to reload from disk
+(``POST /v1/policies/reload`` with an admin API key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from cosigner.core.errors import CosignerError, Unavailable
+from cosigner.core.settings import Settings
+
+
+def test_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="a bundle folder (with manifest.toml) or a folder of bundles",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="print passing lines too")
+
+
+def _bundle_dirs(paths: list[Path]) -> list[Path]:
+    found: list[Path] = []
+    for path in paths:
+        if (path / "manifest.toml").is_file():
+            found.append(path)
+        else:
+            found.extend(sorted(m.parent for m in path.glob("*/manifest.toml")))
+            if not any(path.glob("*/manifest.toml")):
+                found.append(path)  # reported as "manifest.toml: missing"
+    return found
+
+
+async def _test_one(path: Path, settings: Settings, verbose: bool) -> tuple[int, int]:
+    from cosigner.policy.cases import test_bundle
+    from cosigner.policy.store import PolicyStore, engine_factory
+
+    store = PolicyStore(
+        [],
+        engine_factory=engine_factory(
+            opa_url=settings.opa_url, opa_timeout_ms=settings.opa_timeout_ms
+        ),
+    )
+    try:
+        bundle = store.load_bundle(path)
+        report = await test_bundle(bundle)
+    except CosignerError as exc:
+        print(f"ERROR {path}: {exc.detail}")
+        return 0, 1
+    print(
+        f"{path} ({bundle.id} {bundle.version}, {bundle.manifest.engine}, {bundle.revision[:19]})"
+    )
+    lines: list[tuple[bool, str, str]] = [
+        (r.passed, r.case.description, r.message) for r in report.cases
+    ]
+    lines += [(t.passed, t.name, t.message) for t in report.rego_tests]
+    for passed, name, message in lines:
+        if not passed:
+            print(f"  FAIL  {name}: {message}")
+        elif verbose:
+            print(f"  PASS  {name}")
+    close = getattr(bundle.engine, "close", None)
+    if close is not None:
+        await close()
+    passed_count = sum(1 for ok, _, _ in lines if ok)
+    return passed_count, len(lines) - passed_count
+
+
+def run_test(args: argparse.Namespace, settings: Settings) -> int:
+    """Run every named bundle's tests; exit 1 on a failure or a bundle that fails to load."""
+
+    async def run() -> tuple[int, int]:
+        passed = failed = 0
+        for path in _bundle_dirs(args.paths):
+            p, f = await _test_one(path, settings, args.verbose)
+            passed, failed = passed + p, failed + f
+        return passed, failed
+
+    passed, failed = asyncio.run(run())
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def reload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", help="server base URL (default: COSIGNER_PUBLIC_URL)")
+    p.add_argument(
+        "--api-key-env",
+        default="COSIGNER_API_KEY",
+        help="environment variable holding an admin API key (default COSIGNER_API_KEY)",
+    )
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
+
+
+def run_reload(args: argparse.Namespace, settings: Settings) -> int:
+    """Ask the server to reload its bundles; exit 1 if any bundle was refused."""
+    import httpx
+
+    key = os.environ.get(args.api_key_env, "")
+    if not key:
+        print(f"error: set {args.api_key_env} to an admin API key", file=sys.stderr)
+        return 2
+    url = (args.url or settings.public_url).rstrip("/") + "/v1/policies/reload"
+    try:
+        response = httpx.post(url, headers={"Authorization": f"Bearer {key}"}, timeout=args.timeout)
+    except httpx.HTTPError as exc:
+        raise Unavailable(
+            f"cannot reach {url}: {type(exc).__name__}", code="server_unavailable"
+        ) from exc
+    body: Any = response.json() if response.content else {}
+    if response.status_code != 200:
+        print(
+            f"error: HTTP {response.status_code}: {body.get('code')}: {body.get('detail')}",
+            file=sys.stderr,
+        )
+        return 1
+    for bundle in body["bundles"]:
+        print(
+            f"{bundle['id']}: active {bundle['active']}"
+            + (f", shadow {bundle['shadow']}" if bundle["shadow"] else "")
+        )
+    for error in body["errors"]:
+        print(f"REFUSED {error['path']}: {error['message']}")
+    return 1 if body["errors"] else 0

@@ -1,0 +1,145 @@
+"""Cosigner's domain error tree.
+
+Every error a domain function raises is a :class:`CosignerError` with a stable
+machine ``code``. HTTP status mapping lives in one place (``cosigner.http.problems``);
+domain code never knows about HTTP. The wire shape is an RFC 9457 problem document.
+
+Tree::
+
+    CosignerError
+    ├── InvalidRequest                    (caller's mistake, 4xx)
+    │   ├── InvalidJSON          invalid_json, duplicate_key, non_finite_number,
+    │   │                        unsafe_integer
+    │   ├── InvalidArgs          invalid_args         (tool catalogue JSON Schema)
+    │   ├── ValidationFailed     validation_failed    (wire model rejected)
+    │   └── PayloadTooLarge      payload_too_large
+    ├── AuthError
+    │   ├── Unauthenticated      unauthenticated
+    │   └── Forbidden            forbidden
+    ├── NotFound                 not_found
+    ├── Conflict                 (state conflicts, 409)
+    │   ├── IdempotencyConflict  idempotency_conflict
+    │   ├── ApprovalStateError   approval_expired, approval_not_pending, ...
+    │   ├── ReviewRefused        self_approval, duplicate_review, not_eligible, ...
+    │   ├── OutcomeConflict      outcome_conflict
+    │   └── ContractConflict     contract_conflict    (run contracts never widen)
+    ├── PermitRefused            bad_signature, expired, not_yet_valid, args_mismatch,
+    │                            tool_mismatch, tenant_mismatch, already_redeemed,
+    │                            revoked, policy_changed, malformed_permit
+    ├── PolicyError              policy_error, policy_load_failed
+    └── Unavailable              storage_unavailable, engine_unavailable (503)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CosignerError(Exception):
+    """Base of every domain error.
+
+    Attributes:
+        code: stable machine-readable code (``snake_case``), part of the wire contract.
+        detail: human-readable text; never contains secrets or raw tool arguments.
+        extra: additional JSON-serialisable members for the problem document.
+    """
+
+    code: str = "internal_error"
+    title: str = "Internal error"
+
+    def __init__(self, detail: str = "", *, code: str | None = None, **extra: Any) -> None:
+        super().__init__(detail or self.title)
+        if code is not None:
+            self.code = code
+        self.detail = detail or self.title
+        self.extra = extra
+
+
+class InvalidRequest(CosignerError):
+    code = "invalid_request"
+    title = "Invalid request"
+
+
+class InvalidJSON(InvalidRequest):
+    code = "invalid_json"
+    title = "Request body is not acceptable JSON"
+
+
+class InvalidArgs(InvalidRequest):
+    code = "invalid_args"
+    title = "Tool arguments do not match the tool's schema"
+
+
+class ValidationFailed(InvalidRequest):
+    code = "validation_failed"
+    title = "Request does not match the schema"
+
+
+class PayloadTooLarge(InvalidRequest):
+    code = "payload_too_large"
+    title = "Request body is too large"
+
+
+class AuthError(CosignerError):
+    code = "unauthenticated"
+    title = "Authentication required"
+
+
+class Unauthenticated(AuthError):
+    code = "unauthenticated"
+    title = "Authentication required"
+
+
+class Forbidden(AuthError):
+    code = "forbidden"
+    title = "Not allowed for this principal"
+
+
+class NotFound(CosignerError):
+    code = "not_found"
+    title = "Not found"
+
+
+class Conflict(CosignerError):
+    code = "conflict"
+    title = "Conflict with the current state"
+
+
+class IdempotencyConflict(Conflict):
+    code = "idempotency_conflict"
+    title = "request_id was already used with different content"
+
+
+class ApprovalStateError(Conflict):
+    code = "approval_not_pending"
+    title = "Approval request is not pending"
+
+
+class ReviewRefused(Conflict):
+    code = "review_refused"
+    title = "Review refused"
+
+
+class OutcomeConflict(Conflict):
+    code = "outcome_conflict"
+    title = "An outcome was already reported for this decision"
+
+
+class ContractConflict(Conflict):
+    code = "contract_conflict"
+    title = "A different contract is already registered for this run"
+
+
+class PermitRefused(CosignerError):
+    code = "permit_refused"
+    title = "Permit refused"
+
+
+class PolicyError(CosignerError):
+    code = "policy_error"
+    title = "Policy error"
+
+
+class Unavailable(CosignerError):
+    code = "storage_unavailable"
+    title = "Service unavailable; treat as deny"

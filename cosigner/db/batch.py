@@ -1,0 +1,179 @@
+"""Run many use-case writes in one transaction (the batch runner for group commit).
+
+An item is either
+
+* a :class:`Write` already prepared in memory (the hot path: an ``allow`` or ``deny``
+  with nothing to read under the lock): its rows are inserted together with every other
+  prepared item's rows, one ``executemany`` per table; or
+* a callable ``work(conn) -> Write`` that must read or update state under the write lock
+  (run contracts, approval requests, redeem's single-use UPDATE).
+
+A batch first runs optimistically: prepared rows in bulk, work items one after another
+with no SAVEPOINT each. If any item fails (a refusal it raises, a unique key, a value the
+database refuses) the whole transaction is rolled back and the batch redone item by
+item, each work item in its own SAVEPOINT, so only the failing item fails. Items must
+therefore be safe to run twice (nothing of a rolled-back attempt remains).
+
+A ``guard(conn, writes)`` may refuse prepared items first, inside the batch's transaction
+(decisions use it to confirm that the run they assumed had no contract still has none).
+``finish(conn, writes)`` then runs once for the items that succeeded (the decision log
+chains their events, one extension per tenant) and the batch commits. A batch that
+PostgreSQL aborts to break a deadlock with another replica is run again (items must be
+safe to re-run: nothing of the aborted attempt was committed). Any other failure fails
+the batch, and :class:`cosigner.db.group_commit.GroupCommitter` answers 503
+to every waiter in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Table
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cosigner.core.errors import CosignerError, Unavailable
+from cosigner.db.database import (
+    RETRYABLE_SQLSTATES,
+    Database,
+    TransientConflict,
+    UniqueViolation,
+    _short,
+)
+
+log = logging.getLogger("cosigner.db.batch")
+
+#: How often a batch aborted by a deadlock or serialization failure is run in all.
+TRANSIENT_ATTEMPTS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One use case's write: rows to insert, log ``events`` for ``finish``, and the
+    ``result`` its waiter receives once the batch committed. ``assumes``: what the
+    batch's ``guard`` must confirm before the rows go in (opaque here)."""
+
+    tenant: str
+    events: list[Any]
+    result: Any
+    rows: list[tuple[Table, dict[str, Any]]] = field(default_factory=list)
+    assumes: Any = None
+
+
+Work = Callable[[AsyncConnection], Awaitable[Write]]
+
+
+class _RedoItemByItem(Exception):
+    """A work item refused in an optimistic (savepoint-free) batch: redo item by item."""
+
+
+Item = Write | Work
+Finish = Callable[[AsyncConnection, list[Write]], Awaitable[None]]
+#: ``guard(conn, writes)`` → the indexes (into ``writes``) refused, with their errors.
+Guard = Callable[[AsyncConnection, list[Write]], Awaitable[dict[int, CosignerError]]]
+
+
+def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
+                     ) -> Callable[[list[Item]], Awaitable[list[Any]]]:
+    """A ``run_batch`` for :class:`GroupCommitter` over :data:`Item` s."""
+
+    async def run_batch(items: list[Item]) -> list[Any]:
+        bulk, aborted = True, 0
+        while True:
+            try:
+                return await _run(items, bulk=bulk)
+            except (UniqueViolation, _RedoItemByItem):
+                if not bulk:
+                    raise
+                bulk = False
+            except TransientConflict:
+                # PostgreSQL broke a lock cycle with another replica's transaction (e.g.
+                # two batches opening the same approvals in different orders): all of it
+                # rolled back, so run it again.
+                aborted += 1
+                if aborted >= TRANSIENT_ATTEMPTS:
+                    raise
+                # Jittered back-off, so the two batches do not meet in the same cycle again.
+                await asyncio.sleep(random.uniform(0, 0.02 * aborted))
+            except Unavailable as exc:
+                # A bulk insert the database refused (one item's value): redo item by
+                # item so only the culprit fails. An outage (lock wait expired, I/O,
+                # connection lost) is answered 503 at once rather than waited out twice.
+                if not bulk or _is_outage(exc):
+                    raise
+                bulk = False
+
+    async def _run(items: list[Item], *, bulk: bool) -> list[Any]:
+        outcomes: list[Any] = []
+        done: list[Write] = []
+        async with db.transaction() as conn:
+            refused: dict[int, CosignerError] = {}
+            if guard is not None:
+                prepared = [(i, item) for i, item in enumerate(items)
+                            if isinstance(item, Write)]
+                verdicts = await guard(conn, [item for _, item in prepared])
+                refused = {prepared[k][0]: exc for k, exc in verdicts.items()}
+            inserted: list[Write] = []
+            for index, item in enumerate(items):
+                if index in refused:
+                    outcomes.append(refused[index])
+                    continue
+                if bulk:
+                    # Optimistic: no savepoint per item. Any refusal or database error
+                    # rolls the whole batch back, and it is redone item by item.
+                    try:
+                        write = item if isinstance(item, Write) else await item(conn)
+                    except CosignerError as exc:
+                        raise _RedoItemByItem from exc
+                    outcomes.append(write)
+                    done.append(write)
+                    inserted.append(write)  # its rows go in with the bulk insert
+                    continue
+                try:
+                    async with conn.begin_nested():
+                        write = item if isinstance(item, Write) else await item(conn)
+                        for table, values in write.rows:
+                            await conn.execute(table.insert(), values)
+                except IntegrityError as exc:
+                    outcomes.append(UniqueViolation.from_db(exc))
+                    continue
+                except DBAPIError as exc:
+                    if exc.connection_invalidated or getattr(
+                            exc.orig, "sqlstate", None) in RETRYABLE_SQLSTATES:
+                        raise  # an outage, or a lock cycle: the whole batch is redone
+                    log.error("write refused by the database: %s", _short(exc))
+                    outcomes.append(Unavailable("the write was refused by the database",
+                                                code="storage_unavailable"))
+                    continue
+                except CosignerError as exc:
+                    outcomes.append(exc)
+                    continue
+                outcomes.append(write)
+                done.append(write)
+            if bulk:
+                await _insert_prepared(conn, inserted)
+            await finish(conn, done)
+        return outcomes
+
+    return run_batch
+
+
+async def _insert_prepared(conn: AsyncConnection, writes: list[Write]) -> None:
+    by_table: dict[Table, list[dict[str, Any]]] = {}
+    for write in writes:
+        for table, values in write.rows:
+            by_table.setdefault(table, []).append(values)
+    for table, rows in by_table.items():  # insertion order: parents before children
+        await conn.execute(table.insert(), rows)
+
+
+def _is_outage(exc: BaseException) -> bool:
+    """True when the database, not one value, failed (OperationalError, lost connection)."""
+    cause = exc.__cause__
+    return not isinstance(cause, DBAPIError) or isinstance(cause, OperationalError) or bool(
+        cause.connection_invalidated)

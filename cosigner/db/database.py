@@ -1,0 +1,208 @@
+"""Engine and transaction setup; the one place SQLAlchemy errors become domain errors.
+
+SQLite (embedded default): WAL, ``foreign_keys=ON``, ``busy_timeout``, and
+``BEGIN IMMEDIATE`` for every transaction so writers queue on the lock instead of
+failing on upgrade ("database is locked", case K23). PostgreSQL: READ COMMITTED with
+row locks / conditional updates in the repositories.
+
+A database that cannot be reached or written raises :class:`cosigner.core.errors.Unavailable`
+(HTTP 503, which clients treat as deny).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from sqlalchemy import event, make_url, text
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from cosigner.core.errors import Conflict, Unavailable
+from cosigner.db.sqlite_inline import inline_creator
+
+log = logging.getLogger("cosigner.db")
+
+class UniqueViolation(Conflict):
+    """A unique constraint fired (e.g. a concurrent insert of the same key).
+
+    The detail is generic: constraint and column names stay in the server log.
+    """
+
+    code = "conflict"
+
+    @classmethod
+    def from_db(cls, exc: BaseException) -> UniqueViolation:
+        log.info("unique constraint: %s", _short(exc))
+        return cls("the record already exists (a concurrent or repeated request)")
+
+
+#: PostgreSQL aborts one of two transactions that wait on each other (deadlock_detected,
+#: serialization_failure); nothing of the aborted one was written, so it may run again.
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+
+
+class TransientConflict(Unavailable):
+    """The database aborted the transaction to break a lock cycle; running it again is
+    safe. Still an :class:`Unavailable` (503) for callers that do not retry."""
+
+
+def _json_text(value: Any) -> str:
+    """JSON columns' text: orjson (C) for what it takes, the stdlib for the rest (keys
+    that are not strings, integers beyond 64 bits). Storage only: hashes are computed
+    over RFC 8785 bytes elsewhere, never over this text."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value)
+
+
+class Database:
+    """An async engine plus the transaction helper every use case goes through."""
+
+    def __init__(self, url: str, *, pool_size: int | None = None,
+                 busy_timeout_ms: int = 10_000) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        self._busy_timeout_ms = busy_timeout_ms
+        self._write_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                                     asyncio.Lock] = weakref.WeakKeyDictionary()
+        if not self.is_sqlite:
+            size = pool_size or 10
+            self.engine: AsyncEngine = create_async_engine(
+                url, pool_size=size, max_overflow=size, pool_pre_ping=True, pool_timeout=5,
+                json_serializer=_json_text)
+            self.bulk_engine = self.engine
+            return
+        # A kept pool: the default (5, overflow closed on check-in) made concurrent requests
+        # open connections (a thread + PRAGMAs each) again and again. Statements no longer
+        # yield mid-read, so 8 suffice; each holds its own page cache (memory).
+        size = pool_size or 8
+        pooling: dict[str, Any] = {"pool_size": size, "max_overflow": size,
+                                   "pool_timeout": busy_timeout_ms / 1000,
+                                   "json_serializer": _json_text}
+        path = make_url(url).database or ""
+        if path and path != ":memory:":
+            # Statements on the loop thread, COMMIT and lock waits on aiosqlite's thread.
+            self.engine = create_async_engine(
+                url, async_creator=inline_creator(path, busy_timeout_ms=busy_timeout_ms),
+                **pooling)
+        else:
+            self.engine = create_async_engine(
+                url, connect_args={"timeout": busy_timeout_ms / 1000}, **pooling)
+        # Long scans (audit export and search) stay off the loop thread.
+        self.bulk_engine = create_async_engine(
+            url, connect_args={"timeout": busy_timeout_ms / 1000}, pool_size=4,
+            max_overflow=4, pool_timeout=busy_timeout_ms / 1000, json_serializer=_json_text)
+        _configure_sqlite(self.engine, busy_timeout_ms)
+        _configure_sqlite(self.bulk_engine, busy_timeout_ms)
+
+    @asynccontextmanager
+    async def _sqlite_writer(self) -> AsyncIterator[None]:
+        """One write transaction of this process at a time on SQLite (it has one writer
+        anyway): writers queue here in order instead of polling the file lock. Waiting
+        longer than the busy timeout is an outage, like SQLITE_BUSY."""
+        if not self.is_sqlite:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        lock = self._write_locks.get(loop)
+        if lock is None:
+            lock = self._write_locks[loop] = asyncio.Lock()
+        try:
+            async with asyncio.timeout(self._busy_timeout_ms / 1000):
+                await lock.acquire()
+        except TimeoutError:
+            log.error("database transaction failed: write lock wait expired")
+            raise Unavailable("the database is busy; nothing was recorded",
+                              code="storage_unavailable") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """One transaction: commits on normal exit, rolls back on any exception.
+
+        Raises:
+            Unavailable: the database cannot be reached or the commit failed.
+            UniqueViolation: a unique constraint fired.
+        """
+        try:
+            async with self._sqlite_writer(), self.engine.begin() as conn:
+                yield conn
+        except IntegrityError as exc:
+            raise UniqueViolation.from_db(exc) from exc
+        except (SQLAlchemyError, OSError, ConnectionError) as exc:
+            if getattr(getattr(exc, "orig", None), "sqlstate", None) in RETRYABLE_SQLSTATES:
+                log.warning("database transaction aborted: %s", _short(exc))
+                raise TransientConflict("the transaction was aborted by a lock conflict; "
+                                        "nothing was recorded",
+                                        code="storage_unavailable") from exc
+            log.error("database transaction failed: %s", _short(exc))
+            raise Unavailable("the database is unavailable; nothing was recorded",
+                              code="storage_unavailable") from exc
+
+    @asynccontextmanager
+    async def read(self, *, bulk: bool = False) -> AsyncIterator[AsyncConnection]:
+        """A read-only snapshot (SQLite: deferred BEGIN, so readers never queue on writers).
+
+        ``bulk``: the reads scan many rows (audit export, search); on SQLite they run on
+        a worker thread so the event loop keeps answering decisions meanwhile.
+
+        Raises:
+            Unavailable: the database cannot be reached.
+        """
+        try:
+            async with (self.bulk_engine if bulk else self.engine).connect() as conn:
+                await conn.execution_options(cosigner_read=True)
+                yield conn
+                await conn.rollback()
+        except (SQLAlchemyError, OSError, ConnectionError) as exc:
+            log.error("database read failed: %s", _short(exc))
+            raise Unavailable("the database is unavailable", code="storage_unavailable") from exc
+
+    async def ping(self) -> bool:
+        """True when a trivial query succeeds."""
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+            return True
+        except (SQLAlchemyError, OSError, ConnectionError):
+            return False
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+        if self.bulk_engine is not self.engine:
+            await self.bulk_engine.dispose()
+
+
+def _short(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    return f"{type(orig or exc).__name__}: {str(orig or exc).splitlines()[0][:200]}"
+
+
+def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let us issue BEGIN ourselves (pysqlite's implicit BEGIN is DEFERRED).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        # FULL: a commit is on disk before a decision is answered (invariant 2).
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        read_only = conn.get_execution_options().get("cosigner_read", False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")

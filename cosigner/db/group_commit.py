@@ -1,0 +1,151 @@
+"""Group commit: many concurrent writers, one transaction per batch.
+
+Each request hands its write to :meth:`GroupCommitter.submit` and waits; one drain task
+takes up to ``max_batch`` queued items (waiting at most ``max_wait_s`` for more once the
+first arrives), runs ``run_batch(items)`` — one transaction, one COMMIT — and only then
+resolves each waiter with its own result or error. So throughput is not bounded by one
+fsync per decision, and no request is acknowledged before the COMMIT that holds its
+write (DESIGN invariant 2). If the batch fails as a whole, every waiter in it gets
+:class:`cosigner.core.errors.Unavailable` (HTTP 503, treated as deny) — never a hang, never an
+acknowledgement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from cosigner.core.errors import CosignerError, Unavailable
+
+log = logging.getLogger("cosigner.db.group_commit")
+
+I = TypeVar("I")  # noqa: E741 - item type
+R = TypeVar("R")
+
+#: ``run_batch(items)`` → one outcome per item, in order: a result or the exception for it.
+BatchRunner = Callable[[list[I]], Awaitable[list[Any]]]
+
+
+@dataclass
+class _Pending(Generic[I]):
+    item: I
+    future: asyncio.Future[Any] = field(repr=False)
+
+
+@dataclass
+class GroupCommitStats:
+    batches: int = 0
+    items: int = 0
+    failed_batches: int = 0
+    largest_batch: int = 0
+
+
+class GroupCommitter(Generic[I]):
+    """Queue writes and commit them in batches (sizes and waits bounded by settings)."""
+
+    def __init__(self, run_batch: BatchRunner[I], *, max_batch: int = 64,
+                 max_wait_s: float = 0.002, max_queue: int = 10_000) -> None:
+        self._run_batch = run_batch
+        self._max_batch = max_batch
+        self._max_wait_s = max_wait_s
+        self._queue: asyncio.Queue[_Pending[I]] = asyncio.Queue(maxsize=max_queue)
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.stats = GroupCommitStats()
+
+    def start(self) -> None:
+        """Start the drain task on the running loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drain(),
+                                                                name="group-commit")
+
+    async def stop(self) -> None:
+        """Finish what is queued, then stop; later submits get Unavailable."""
+        self._closed = True
+        if self._task is not None:
+            await self._queue.join()
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def submit(self, item: I) -> Any:
+        """Queue ``item`` and wait until the batch holding it committed.
+
+        Returns the item's result. Raises the item's own :class:`CosignerError`, or
+        :class:`Unavailable` when the batch could not be committed or the committer is
+        stopped or full.
+        """
+        if self._closed or self._task is None or self._task.done():
+            raise Unavailable("the decision log writer is not running",
+                              code="storage_unavailable")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            self._queue.put_nowait(_Pending(item, future))
+        except asyncio.QueueFull:
+            raise Unavailable("the decision log writer is saturated",
+                              code="storage_unavailable") from None
+        return await future
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            deadline = loop.time() + self._max_wait_s
+            while len(batch) < self._max_batch:
+                try:
+                    batch.append(self._queue.get_nowait())
+                    continue
+                except asyncio.QueueEmpty:
+                    pass
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+                except TimeoutError:
+                    break
+            try:
+                await self._commit(batch)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+
+    async def _commit(self, batch: list[_Pending[I]]) -> None:
+        self.stats.batches += 1
+        self.stats.items += len(batch)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        try:
+            outcomes = await self._run_batch([p.item for p in batch])
+            if len(outcomes) != len(batch):
+                raise RuntimeError("run_batch returned the wrong number of outcomes")
+        except asyncio.CancelledError:
+            self._fail(batch, Unavailable("the decision log writer stopped",
+                                          code="storage_unavailable"))
+            raise
+        except Exception as exc:  # noqa: BLE001 - any batch fault fails its waiters closed
+            self.stats.failed_batches += 1
+            if not isinstance(exc, Unavailable):
+                log.error("group commit batch failed: %s: %s", type(exc).__name__, exc)
+                exc = Unavailable("the decision could not be recorded",
+                                  code="storage_unavailable")
+            self._fail(batch, exc)
+            return
+        for pending, outcome in zip(batch, outcomes, strict=True):
+            if pending.future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                pending.future.set_exception(outcome)
+            else:
+                pending.future.set_result(outcome)
+
+    @staticmethod
+    def _fail(batch: list[_Pending[I]], exc: CosignerError) -> None:
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_exception(exc)

@@ -1,0 +1,85 @@
+"""Tables of approval requests, their reviews, and the stored input of decided calls.
+
+``approvals`` holds the exact canonical arguments (``args``) next to the policy ``mask``;
+anything shown or exported goes through :func:`cosigner.approvals.reviews.display_args`. The partial
+unique index ``uq_approvals_pending_call`` is the join rule: one *pending* request per
+(tenant, run, tool, args hash), enforced by the database across replicas.
+
+``call_inputs`` keeps the policy input of every ``allow`` / ``require_approval`` decision
+(without ``now``) so a redeem can re-evaluate the currently active policy on the same input.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Index,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+from cosigner.db.tables import metadata
+
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("kind", String(16), nullable=False),  # policy | runtime_review
+    Column("decision_id", String(36), nullable=False),
+    Column("run_id", String(256), nullable=False),
+    Column("tool", String(256), nullable=False),
+    Column("args_hash", String(71), nullable=False),
+    Column("args", Text, nullable=False),  # RFC 8785 canonical JSON of the exact arguments
+    Column("mask", JSON, nullable=False),  # JSON pointers never displayed in clear
+    Column("requirement", JSON, nullable=False),  # {require, timeout_ms, distinct_from}
+    Column("status", String(16), nullable=False),  # pending|approved|rejected|expired|cancelled
+    Column("initiator", JSON, nullable=False),
+    Column("principal", JSON, nullable=False),
+    Column("opened_by", JSON, nullable=False),  # actor (authenticated runtime) that opened it
+    Column("reasons", JSON, nullable=False),
+    Column("policy", JSON, nullable=True),  # {id, version, revision}
+    Column("reason", Text, nullable=True),  # runtime_review: why the runtime asked
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("decided_at", DateTime(timezone=True), nullable=True),
+    Column("permit_jti", String(64), nullable=True),
+    Column("permit", JSON, nullable=True),  # {token, jti, expires_at} once approved
+    Index("uq_approvals_pending_call", "tenant", "run_id", "tool", "args_hash", unique=True,
+          sqlite_where=text("status = 'pending'"),
+          postgresql_where=text("status = 'pending'")),
+    Index("ix_approvals_tenant_status", "tenant", "status", "expires_at"),
+    Index("ix_approvals_decision", "tenant", "decision_id"),
+)
+
+reviews = Table(
+    "reviews",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("approval_id", String(36), nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("run_id", String(256), nullable=False),
+    Column("subject", String(256), nullable=False),  # stable subject id from authentication
+    Column("principal_id", String(36), nullable=False),
+    Column("roles", JSON, nullable=False),  # required roles the reviewer held at review time
+    Column("role", String(64), nullable=True),  # group the approval counts for
+    Column("decision", String(16), nullable=False),  # approved | rejected
+    Column("comment", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("approval_id", "subject", name="uq_reviews_approval_subject"),
+    Index("ix_reviews_run", "tenant", "run_id", "decision"),
+)
+
+call_inputs = Table(
+    "call_inputs",
+    metadata,
+    Column("decision_id", String(36), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("input", JSON, nullable=False),  # policy input document without "now"
+    Column("mask", JSON, nullable=False),
+)

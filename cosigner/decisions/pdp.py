@@ -1,0 +1,342 @@
+"""decide(): the policy decision point's one use case.
+
+Flow (DESIGN § Data flow): args hash (RFC 8785) → idempotency check → run contract →
+tool catalogue (schema, unknown tool) → policy evaluation (active + shadow) → one write
+holding the decision row, its decision-log events, the run counters, the approval
+request or the permit row. Writes go through the process's group committer: many
+decisions share one transaction and one COMMIT, and a response is released only after
+the COMMIT that holds its events (invariant 2).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Table, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cosigner.approvals import opening as approval_requests
+from cosigner.audit.chain import Event, append
+from cosigner.core.canonical import args_hash as compute_args_hash
+from cosigner.core.canonical import canonicalize, hash_bytes
+from cosigner.core.clock import Clock, isoformat
+from cosigner.core.errors import CosignerError, IdempotencyConflict
+from cosigner.core.settings import Settings
+from cosigner.db.batch import Item, Write, savepoint_runner
+from cosigner.db.database import Database, UniqueViolation
+from cosigner.db.group_commit import GroupCommitter
+from cosigner.db.tables import decisions, permits
+from cosigner.db.tables_approvals import call_inputs
+from cosigner.identity.principals import Caller
+from cosigner.permits import ledger as permit_ledger
+from cosigner.permits.keyring import Keyring
+from cosigner.policy.result import PolicyResult, deny
+from cosigner.policy.store import Evaluation, PolicyStore
+from cosigner.runs import contracts
+
+log = logging.getLogger("cosigner.decisions")
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRequest:
+    """A validated DecisionRequest v1. ``args``/``context`` are exactly the parsed JSON."""
+
+    request_id: str
+    run: dict[str, Any]
+    principal: dict[str, Any]
+    initiator: dict[str, Any]
+    tool: dict[str, Any]
+    args: dict[str, Any]
+    context: dict[str, Any]
+    raw: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Deps:
+    """Collaborators of the decision use case (built once in ``create_app``).
+
+    ``log_writer`` is the process's group committer for decision writes
+    (:func:`decision_log_writer`); it is started and stopped by the app lifespan.
+    ``contracted_runs``: runs this process has seen a contract for (their decisions read
+    it before policy; any other decision assumes none and its write confirms that).
+    """
+
+    db: Database
+    store: PolicyStore
+    keyring: Keyring
+    clock: Clock
+    settings: Settings
+    log_writer: GroupCommitter[Item] = field(repr=False)
+    contracted_runs: contracts.ContractedRuns = field(
+        default_factory=contracts.ContractedRuns, repr=False)
+
+
+def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item]:
+    """The group committer for decisions and redeems: one transaction and one COMMIT per
+    batch; the events of the items that succeeded are chained per tenant, and prepared
+    decisions that assumed "no run contract" are confirmed first (``no_contract``)."""
+
+    async def chain_events(conn: AsyncConnection, written: list[Write]) -> None:
+        by_tenant: dict[str, list[Event]] = {}
+        for item in written:
+            by_tenant.setdefault(item.tenant, []).extend(item.events)
+        # Heads locked in one global order, so two replicas' batches form no lock cycle.
+        for tenant in sorted(by_tenant):
+            events = by_tenant[tenant]
+            await append(conn, tenant, events, now=events[0].time or datetime.now(UTC))
+
+    async def no_contract(conn: AsyncConnection, written: list[Write]
+                          ) -> dict[int, CosignerError]:
+        # Decisions taken without a contract pre-read: confirm under the write lock that
+        # their run still has none, else they are decided again with it.
+        assumed = {item.assumes for item in written if item.assumes is not None}
+        if not assumed:
+            return {}
+        found = await contracts.contracted(conn, assumed)
+        return {i: contracts.RunContractFound("the run has a contract")
+                for i, item in enumerate(written) if item.assumes in found}
+
+    return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=no_contract),
+                          max_batch=settings.log_batch_max,
+                          max_wait_s=settings.log_batch_wait_ms / 1000)
+
+
+def permit_ttl(result: PolicyResult, settings: Settings) -> int:
+    """Permit lifetime (s) for an ``allow``: the policy's ``permit_ttl_s`` or the default,
+    capped by ``max_permit_ttl_s``."""
+    return min(result.permit_ttl_s or settings.permit_ttl_s, settings.max_permit_ttl_s)
+
+
+def actor_of(caller: Caller) -> dict[str, Any]:
+    """The ``actor`` object recorded in events: who authenticated."""
+    return {"subject": caller.subject, "principal_id": caller.principal_id,
+            "kind": caller.kind}
+
+
+def input_document(caller: Caller, req: DecisionRequest, *, now: str,
+                   run_state: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The policy input (``input.*``), documented in README § Policy input."""
+    return {
+        "tenant": caller.tenant,
+        "principal": req.principal,
+        "initiator": req.initiator,
+        "caller": {"subject": caller.subject, "roles": sorted(caller.roles)},
+        "tool": req.tool,
+        "args": req.args,
+        "context": req.context,
+        "run": {**req.run, **(run_state or {})},
+        "now": now,
+    }
+
+
+async def _existing(conn: AsyncConnection, tenant: str, request_id: str) -> Any:
+    return (await conn.execute(
+        select(decisions.c.request_hash, decisions.c.response).where(
+            decisions.c.tenant == tenant, decisions.c.request_id == request_id)
+    )).first()
+
+
+def _replay(row: Any, request_hash: str) -> dict[str, Any]:
+    if row.request_hash != request_hash:
+        raise IdempotencyConflict("request_id was already used with a different request")
+    return dict(row.response)
+
+
+async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, Any]:
+    """Decide one proposed tool call and record it durably.
+
+    Args:
+        deps: collaborators. caller: authenticated runtime. req: the parsed request.
+
+    Returns:
+        The Decision v1 object (``decision_id, effect, reasons, policy, args_hash``,
+        ``permit`` for allow, ``approval`` for require_approval).
+
+    Raises:
+        InvalidJSON/InvalidArgs: arguments cannot be hashed or fail the tool schema (422;
+            nothing evaluated, no approval opened).
+        IdempotencyConflict: ``request_id`` reused with different content (409).
+        Unavailable: the decision could not be recorded (503; treat as deny).
+    """
+    pair = (caller.tenant, req.run["id"])
+    try:
+        return await _decide(deps, caller, req, read_contract=pair in deps.contracted_runs)
+    except contracts.RunContractFound:
+        # Decided as if the run had no contract, but it has one: nothing was written.
+        deps.contracted_runs.add(*pair)
+        return await _decide(deps, caller, req, read_contract=True)
+
+
+async def _decide(deps: Deps, caller: Caller, req: DecisionRequest, *,
+                  read_contract: bool) -> dict[str, Any]:
+    tenant = caller.tenant
+    a_hash = compute_args_hash(req.args)
+    request_hash = hash_bytes(canonicalize(req.raw))
+    # No idempotency pre-read: the unique (tenant, request_id) key catches a retry when
+    # its write lands, and the stored first decision is answered then (rare path).
+    run_state: contracts.RunState | None = None
+    if read_contract:
+        async with deps.db.read() as conn:
+            run_state = await contracts.load(conn, tenant, req.run["id"])
+    # Without a contract (read or assumed), the write confirms the run still has none.
+    assumes_none = (tenant, req.run["id"]) if run_state is None else None
+
+    snapshot = deps.store.snapshot
+    now = deps.clock()
+    bundle = snapshot.bundle_for(tenant)
+    tool_name = req.tool["name"]
+    evaluation: Evaluation
+    mask: tuple[str, ...] = ()
+    spec = bundle.catalogue.lookup(tool_name) if bundle and bundle.catalogue else None
+    # One input document: what the policy evaluates is what redeem re-checks later.
+    input_doc = input_document(caller, req, now=isoformat(now), run_state=(
+        run_state.as_input() if run_state else None))
+    off_contract = contracts.refusal(run_state, tool_name, now)  # before policy
+    if off_contract is not None:
+        evaluation = Evaluation(deny(off_contract.code, off_contract.message),
+                                bundle.ref() if bundle else None, bundle)
+    elif bundle is not None and bundle.catalogue is not None and spec is None:
+        evaluation = Evaluation(deny("unknown_tool", f"{tool_name} is not in the tool "
+                                     "catalogue"), bundle.ref(), bundle)
+    else:
+        if spec is not None:
+            spec.validate(req.args)  # raises InvalidArgs before any policy runs
+            mask = tuple(spec.mask)
+        evaluation = await deps.store.evaluate(tenant, input_doc, snapshot=snapshot)
+    result = evaluation.result
+    mask = mask + result.mask
+    decision_id = str(uuid.uuid4())
+    response: dict[str, Any] = {
+        "decision_id": decision_id,
+        "request_id": req.request_id,
+        "effect": result.effect,
+        "reasons": [r.as_dict() for r in result.reasons],
+        "policy": evaluation.policy,
+        "args_hash": a_hash,
+        "permit": None,
+        "approval": None,
+    }
+    if result.effect == "require_approval" and result.approval is not None:
+        response["approval"] = {"status": "pending", **result.approval.as_dict()}
+    def decision_row() -> dict[str, Any]:
+        policy = evaluation.policy or {}
+        return {"id": decision_id, "tenant": tenant, "request_id": req.request_id,
+                "request_hash": request_hash, "run_id": req.run["id"], "tool": tool_name,
+                "args_hash": a_hash, "effect": response["effect"], "caller": caller.subject,
+                "policy_id": policy.get("id"), "policy_version": policy.get("version"),
+                "policy_revision": policy.get("revision"), "response": response,
+                "created_at": now}
+
+    def prepared() -> Write:
+        # allow / deny outside any run contract: rows and events only, no statement to run
+        # under the lock, so the batch inserts them with every other decision's rows.
+        events = [_decision_event(caller, req, response, evaluation, mask)]
+        rows: list[tuple[Table, dict[str, Any]]] = [(decisions, decision_row())]
+        if response["effect"] == "allow":
+            permit, permit_event, permit_row = permit_ledger.prepare_permit(
+                deps.keyring, deps.settings, tenant=tenant, run_id=req.run["id"],
+                decision_id=decision_id, approval_id=None, tool=tool_name, args_hash=a_hash,
+                policy=evaluation.policy or {}, approvers=[], now=now,
+                ttl_s=permit_ttl(result, deps.settings), actor=actor_of(caller))
+            response["permit"] = permit
+            events.append(permit_event)
+            rows.append((permits, permit_row))
+            rows.append((call_inputs, permit_ledger.call_input_row(
+                tenant=tenant, decision_id=decision_id, input_doc=input_doc, mask=mask)))
+        return Write(tenant, [replace(e, time=now) for e in events], response, rows,
+                     assumes=assumes_none)
+
+    initial = dict(response)
+
+    async def work(conn: AsyncConnection) -> Write:
+        # Runs in the group-commit batch, under the write lock; again from the start when
+        # the batch is redone (item by item after a failure, or after PostgreSQL broke a
+        # deadlock), so it resets what an earlier attempt put in ``response``.
+        response.clear()
+        response.update(initial)
+        # Re-check and count the run contract here: concurrent calls cannot overspend.
+        refused = await contracts.check_and_count(
+            conn, tenant=tenant, run_id=req.run["id"], tool=tool_name, now=now,
+            count=result.effect != "deny", assumed_none=assumes_none is not None)
+        if refused is not None:
+            response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
+        # Stores the input for redeem-time re-evaluation; opens/joins the approval.
+        gate_events = await approval_requests.record_gate(
+            conn, deps.settings, caller, response=response, requirement=result.approval,
+            input_doc=input_doc, mask=mask, now=now)
+        events = [_decision_event(caller, req, response, evaluation, mask), *gate_events]
+        if response["effect"] == "allow":
+            permit, permit_event = await permit_ledger.issue(
+                conn, deps.keyring, deps.settings, tenant=tenant,
+                run_id=req.run["id"], decision_id=decision_id, approval_id=None,
+                tool=tool_name, args_hash=a_hash, policy=evaluation.policy or {},
+                approvers=[], now=now, ttl_s=permit_ttl(result, deps.settings),
+                actor=actor_of(caller))
+            response["permit"] = permit
+            events.append(permit_event)
+        await conn.execute(decisions.insert(), decision_row())
+        return Write(tenant, [replace(e, time=now) for e in events], response)
+
+    simple = run_state is None and result.effect in ("allow", "deny")
+    try:
+        written: Write = await deps.log_writer.submit(prepared() if simple else work)
+    except UniqueViolation:
+        # A concurrent retry with the same request_id won the insert: answer with it.
+        async with deps.db.read() as conn:
+            row = await _existing(conn, tenant, req.request_id)
+        if row is None:
+            raise
+        return _replay(row, request_hash)
+    final: dict[str, Any] = written.result
+    return final
+
+
+def _decision_event(caller: Caller, req: DecisionRequest, response: dict[str, Any],
+                    evaluation: Evaluation, mask: tuple[str, ...]) -> Event:
+    payload: dict[str, Any] = {
+        "request_id": req.request_id,
+        "reasons": response["reasons"],
+        "principal": req.principal,
+        "initiator": req.initiator,
+        "run": req.run,
+        "tool": req.tool,
+        # Masked by audit.append before hashing (catalogue + policy paths, secret keys).
+        "args": req.args,
+        "context": req.context,
+        "eval_us": evaluation.elapsed_us,
+    }
+    if evaluation.shadow is not None:
+        payload["shadow"] = {"policy": evaluation.shadow_policy,
+                             "effect": evaluation.shadow.effect,
+                             "reasons": [r.as_dict() for r in evaluation.shadow.reasons],
+                             "agrees": evaluation.shadow.effect == evaluation.result.effect}
+    if response.get("approval"):
+        payload["approval"] = response["approval"]
+    return Event(
+        type="decision.made", actor=actor_of(caller), decision_id=response["decision_id"],
+        run_id=req.run["id"], tool=req.tool["name"], args_hash=response["args_hash"],
+        effect=response["effect"], principal=str(req.principal.get("id")),
+        policy=evaluation.policy, payload=payload,
+        mask=tuple("/args" + pointer for pointer in mask))
+
+
+async def record_refusal(deps: Deps, caller: Caller, *, code: str, detail: str,
+                         request_id: str | None = None, tool: str | None = None,
+                         run_id: str | None = None) -> None:
+    """Log a refused request (422/409) like any decision; best effort when storage fails.
+
+    ``detail`` must not contain argument values (masking, invariant 10).
+    """
+    event = Event(type="request.refused", actor=actor_of(caller), run_id=run_id, tool=tool,
+                  effect="refused",
+                  payload={"request_id": request_id, "code": code, "detail": detail[:500]})
+    try:
+        async with deps.db.transaction() as conn:
+            await append(conn, caller.tenant, [event], now=deps.clock())
+    except Exception:  # noqa: BLE001 - the refusal itself is what the caller gets
+        log.exception("could not record refused request %s", request_id)
+

@@ -1,0 +1,52 @@
+"""Request-scoped dependencies: services and the authenticated caller."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Depends, Request, Response
+
+from cosigner.core.errors import Unauthenticated
+from cosigner.identity.principals import Caller
+
+
+def json_response(body: Any, status_code: int = 200) -> Response:
+    """A JSON response built with orjson, skipping FastAPI's ``response_model`` pass.
+
+    For hot routes whose body the use case already built in the documented shape (the
+    route keeps ``response_model`` for OpenAPI; the schemathesis test holds the shapes).
+    """
+    return Response(orjson.dumps(body), status_code=status_code,
+                    media_type="application/json")
+
+
+def services(request: Request) -> Any:
+    """The :class:`cosigner.http.app.Services` built by ``create_app``."""
+    return request.app.state.services
+
+
+async def authenticate(request: Request) -> Caller:
+    """The caller of an API request, from ``Authorization: Bearer <key>`` only.
+
+    Raises:
+        Unauthenticated: no or invalid credential (401).
+    """
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthenticated("an API key is required (Authorization: Bearer ...)")
+    caller: Caller = await services(request).authenticator.authenticate(key.strip())
+    return caller
+
+
+#: Route parameter type for the authenticated caller.
+CallerDep = Annotated[Caller, Depends(authenticate)]
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"description": text, "content": {"application/problem+json": {
+        "schema": {"$ref": "#/components/schemas/ProblemV1"}}}}
+    for status, text in ((400, "Malformed JSON"), (401, "Not authenticated"),
+                         (403, "Not allowed"), (409, "Conflict"), (413, "Body too large"),
+                         (422, "Invalid request"), (503, "Cannot record; treat as deny"))
+}

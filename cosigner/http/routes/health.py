@@ -1,0 +1,37 @@
+"""Liveness, readiness and the public JWKS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from cosigner.http.deps import services
+from cosigner.http.models.decisions import HealthV1
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=HealthV1)
+async def healthz() -> dict[str, Any]:
+    """The process is up."""
+    return {"status": "ok", "checks": {}}
+
+
+@router.get("/readyz", response_model=HealthV1, responses={503: {"model": HealthV1}})
+async def readyz(request: Request) -> Any:
+    """Ready when the database answers and at least one policy bundle is active (K01)."""
+    svc = services(request)
+    checks = {"database": await svc.deps.db.ping(), "policies": svc.deps.store.ready}
+    ready = all(checks.values())
+    body = {"status": "ready" if ready else "not_ready", "checks": checks}
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+@router.get("/.well-known/jwks.json")
+async def jwks(request: Request) -> dict[str, Any]:
+    """Public Ed25519 keys (RFC 7517) that verify permits and audit checkpoints."""
+    svc = services(request)
+    keys: dict[str, Any] = svc.deps.keyring.jwks(now=svc.deps.clock())
+    return keys

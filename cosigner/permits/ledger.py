@@ -1,0 +1,373 @@
+"""Permit state in the database: issue (mint + row + event); redeem and revoke.
+
+A permit is ``issued → redeemed | revoked | expired``. The row is the server's own
+state; the signed token alone never proves a permit is still usable (case K10).
+Redeem re-evaluates the currently active policy on the input recorded at decision time
+(``call_inputs``), so a policy tightened between approval and use stops the call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import and_, bindparam, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cosigner.approvals.rules import satisfies
+from cosigner.audit.chain import Event, append
+from cosigner.audit.masking import mask_value
+from cosigner.core.canonical import args_hash
+from cosigner.core.clock import isoformat
+from cosigner.core.errors import Conflict, Forbidden, InvalidArgs, NotFound, PermitRefused
+from cosigner.core.settings import Settings
+from cosigner.db.batch import Write
+from cosigner.db.group_commit import GroupCommitter
+from cosigner.db.tables import permits as permits_table
+from cosigner.db.tables_approvals import call_inputs, reviews
+from cosigner.identity.principals import Caller
+from cosigner.permits.keyring import Keyring
+from cosigner.permits.tokens import PermitClaims, check_binding, mint_permit, verify_permit_token
+
+if TYPE_CHECKING:
+    from cosigner.decisions.pdp import Deps
+
+
+def prepare_permit(
+    keyring: Keyring, settings: Settings, *, tenant: str, run_id: str,
+    decision_id: str, approval_id: str | None, tool: str, args_hash: str,
+    policy: dict[str, str], approvers: list[dict[str, Any]], now: datetime, ttl_s: int,
+    actor: dict[str, Any],
+) -> tuple[dict[str, Any], Event, dict[str, Any]]:
+    """Mint a permit without touching the database.
+
+    Returns ``({token, jti, expires_at}, permit.minted event, permits row values)``; the
+    caller inserts the row in the transaction that records the event. ``ttl_s`` in s.
+    """
+    token, claims = mint_permit(
+        keyring, issuer=settings.issuer, audience=settings.audience, tenant=tenant,
+        run_id=run_id, decision_id=decision_id, approval_id=approval_id, tool=tool,
+        args_hash=args_hash, policy=policy, approvers=approvers, now=now, ttl_s=ttl_s)
+    expires_at = datetime.fromtimestamp(claims.exp, UTC)
+    row = {"jti": claims.jti, "tenant": tenant, "decision_id": decision_id,
+           "approval_id": approval_id, "run_id": run_id, "tool": tool,
+           "args_hash": args_hash, "status": "issued", "issued_at": now,
+           "expires_at": expires_at, "redeemed_at": None, "revoked_at": None}
+    event = Event(type="permit.minted", actor=actor, decision_id=decision_id,
+                  approval_id=approval_id, permit_jti=claims.jti, run_id=run_id, tool=tool,
+                  args_hash=args_hash, policy=policy,
+                  payload={"exp": claims.exp, "kid": keyring.current_kid,
+                           "approvers": [dict(a) for a in claims.approvers]})
+    permit = {"token": token, "jti": claims.jti,
+              "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return permit, event, row
+
+
+async def issue(
+    conn: AsyncConnection, keyring: Keyring, settings: Settings, *, tenant: str, run_id: str,
+    decision_id: str, approval_id: str | None, tool: str, args_hash: str,
+    policy: dict[str, str], approvers: list[dict[str, Any]], now: datetime, ttl_s: int,
+    actor: dict[str, Any],
+) -> tuple[dict[str, Any], Event]:
+    """Mint a permit, store its row in the open transaction, and return
+    ``({token, jti, expires_at}, permit.minted event)``. ``ttl_s`` in seconds."""
+    permit, event, row = prepare_permit(
+        keyring, settings, tenant=tenant, run_id=run_id, decision_id=decision_id,
+        approval_id=approval_id, tool=tool, args_hash=args_hash, policy=policy,
+        approvers=approvers, now=now, ttl_s=ttl_s, actor=actor)
+    await conn.execute(permits_table.insert(), row)
+    return permit, event
+
+
+# --- stored call input ---------------------------------------------------------------------
+
+
+async def store_call_input(conn: AsyncConnection, *, tenant: str, decision_id: str,
+                           input_doc: dict[str, Any], mask: tuple[str, ...]) -> None:
+    """Keep the policy input of a decided call (without ``now``) for re-evaluation.
+
+    Stored masked like the decision log (``mask`` paths of ``args`` plus always-secret keys
+    anywhere, :mod:`cosigner.audit.masking`): redeem re-evaluates with the *presented* args
+    (bound to the permit by hash), so the stored args are never needed in clear. Context
+    values under always-secret keys are seen as ``"•••"`` by the redeem-time re-check.
+    """
+    await conn.execute(call_inputs.insert(), call_input_row(
+        tenant=tenant, decision_id=decision_id, input_doc=input_doc, mask=mask))
+
+
+def call_input_row(*, tenant: str, decision_id: str, input_doc: dict[str, Any],
+                   mask: tuple[str, ...]) -> dict[str, Any]:
+    """The ``call_inputs`` row values :func:`store_call_input` writes (masked, no ``now``)."""
+    kept = {k: v for k, v in input_doc.items() if k != "now"}
+    return {"decision_id": decision_id, "tenant": tenant,
+            "input": mask_value(kept, ["/args" + pointer for pointer in mask]),
+            "mask": list(mask)}
+
+
+async def load_call_input(conn: AsyncConnection, tenant: str, decision_id: str
+                          ) -> tuple[dict[str, Any], list[str]] | None:
+    """``(input document without now, mask)`` of a decision, or ``None``."""
+    row = (await conn.execute(_CALL_INPUT, {"decision_id": decision_id,
+                                            "tenant": tenant})).first()
+    return None if row is None else (dict(row.input), list(row.mask))
+
+
+# --- withhold / revoke ---------------------------------------------------------------------
+
+
+def _revoked_event(row: Any, actor: dict[str, Any], reason: str) -> Event:
+    return Event(type="permit.revoked", actor=actor, decision_id=row.decision_id,
+                 approval_id=row.approval_id, permit_jti=row.jti, run_id=row.run_id,
+                 tool=row.tool, args_hash=row.args_hash, payload={"reason": reason})
+
+
+async def withhold(conn: AsyncConnection, *, tenant: str, decision_id: str, now: datetime,
+                   actor: dict[str, Any]) -> list[Event]:
+    """Revoke a decision's unredeemed permits (a runtime asked for review).
+
+    Raises:
+        Conflict ``already_redeemed``: the call already ran; a review cannot stop it.
+    """
+    rows = (await conn.execute(select(permits_table).where(
+        permits_table.c.tenant == tenant, permits_table.c.decision_id == decision_id,
+        permits_table.c.approval_id.is_(None)))).all()
+    events: list[Event] = []
+    for row in rows:
+        if row.status == "redeemed":
+            raise Conflict("the decision's permit was already redeemed",
+                           code="already_redeemed")
+        if row.status == "issued" and await _mark_revoked(conn, row.jti, now):
+            events.append(_revoked_event(row, actor, "review_requested"))
+    return events
+
+
+async def _mark_revoked(conn: AsyncConnection, jti: str, now: datetime) -> bool:
+    result = await conn.execute(permits_table.update().where(
+        permits_table.c.jti == jti, permits_table.c.status == "issued")
+        .values(status="revoked", revoked_at=now))
+    return bool(result.rowcount == 1)
+
+
+async def revoke(deps: Deps, caller: Caller, jti: str) -> dict[str, Any]:
+    """Revoke an unredeemed permit of the caller's tenant (``admin`` or an approver).
+
+    Revoking a revoked permit answers its state again (idempotent).
+
+    Raises:
+        Forbidden, NotFound, PermitRefused ``already_redeemed``.
+    """
+    if not (caller.has_any("admin") or caller.approver_roles()):
+        raise Forbidden("revoking a permit needs the admin role or an approver role")
+    now = deps.clock()
+    async with deps.db.transaction() as conn:
+        row = await _permit_row(conn, caller.tenant, jti, lock=True)
+        if row is None:
+            raise NotFound("no such permit")
+        if row.status == "redeemed":
+            raise PermitRefused("the permit was already redeemed", code="already_redeemed")
+        if row.status == "issued" and await _mark_revoked(conn, jti, now):
+            await append(conn, caller.tenant,
+                         [_revoked_event(row, _actor(caller), "revoked")], now=now)
+    return {"jti": jti, "status": "revoked"}
+
+
+# --- redeem --------------------------------------------------------------------------------
+
+
+def _actor(caller: Caller) -> dict[str, Any]:
+    return {"subject": caller.subject, "principal_id": caller.principal_id,
+            "kind": caller.kind}
+
+
+_PERMIT_ROW = select(permits_table).where(permits_table.c.jti == bindparam("jti"),
+                                          permits_table.c.tenant == bindparam("tenant"))
+_PERMIT_ROW_FOR_UPDATE = _PERMIT_ROW.with_for_update()
+_REDEEM = permits_table.update().where(
+    permits_table.c.jti == bindparam("p_jti"), permits_table.c.tenant == bindparam("p_tenant"),
+    permits_table.c.status == "issued").values(status="redeemed",
+                                               redeemed_at=bindparam("p_at"))
+_PERMIT_AND_INPUT = select(
+    permits_table, call_inputs.c.input.label("call_input"),
+    call_inputs.c.mask.label("call_mask"),
+).select_from(permits_table.outerjoin(call_inputs, and_(
+    call_inputs.c.decision_id == bindparam("decision_id"),
+    call_inputs.c.tenant == permits_table.c.tenant))).where(
+    permits_table.c.jti == bindparam("jti"), permits_table.c.tenant == bindparam("tenant"))
+_CALL_INPUT = select(call_inputs.c.input, call_inputs.c.mask).where(
+    call_inputs.c.decision_id == bindparam("decision_id"),
+    call_inputs.c.tenant == bindparam("tenant"))
+
+
+async def _permit_row(conn: AsyncConnection, tenant: str, jti: str, *, lock: bool) -> Any:
+    query = (_PERMIT_ROW_FOR_UPDATE if lock and conn.dialect.name == "postgresql"
+             else _PERMIT_ROW)
+    return (await conn.execute(query, {"jti": jti, "tenant": tenant})).first()
+
+
+_STATE_REFUSALS = {"redeemed": ("already_redeemed", "the permit was already redeemed"),
+                   "revoked": ("revoked", "the permit was revoked"),
+                   "expired": ("expired", "permit has expired")}
+
+
+def _state_refusal(row: Any, now: datetime) -> PermitRefused | None:
+    if row is None:
+        return PermitRefused("no such permit was issued", code="unknown_permit")
+    if row.status in _STATE_REFUSALS:
+        code, text = _STATE_REFUSALS[row.status]
+        return PermitRefused(text, code=code)
+    expires_at = row.expires_at if row.expires_at.tzinfo else row.expires_at.replace(tzinfo=UTC)
+    if now >= expires_at:
+        return PermitRefused("permit has expired", code="expired")
+    return None
+
+
+async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dict[str, Any],
+                 refusals: GroupCommitter[tuple[str, Event, datetime]] | None = None
+                 ) -> dict[str, Any]:
+    """Redeem a permit for one exact call, right before it runs (single use, invariant 4).
+
+    Checks, in order: signature with the keyring key named by ``kid`` (Ed25519 only),
+    ``iss``/``aud``/``exp``/``nbf`` (RFC 7519 §4.1.4: expired at ``now >= exp``); tenant
+    (the caller's), tool and args hash of the presented ``args`` (RFC 8785); the permit's
+    state in the server's database (never the token's word); the currently active policy
+    on the recorded input; then ``UPDATE permits SET status='redeemed' WHERE jti=:jti AND
+    status='issued'`` – of many concurrent redeems exactly one changes a row. Success and
+    every refusal are events (``permit.redeemed`` / ``permit.refused`` with the code).
+    The state change and its event go through the decision log's group committer
+    (``deps.log_writer``), refusals found before it through ``refusals`` when given: one
+    COMMIT per batch, and still durable before the answer or the error.
+
+    Returns ``{status: "redeemed", jti, decision_id, approval_id, tool, args_hash,
+    redeemed_at}``.
+
+    Raises:
+        PermitRefused: ``malformed_permit``, ``bad_signature``, ``unknown_kid``,
+            ``wrong_token_type``, ``wrong_audience``, ``expired``, ``not_yet_valid``,
+            ``tenant_mismatch``, ``tool_mismatch``, ``args_mismatch``, ``unknown_permit``,
+            ``revoked``, ``already_redeemed``, ``invalid_args``, ``policy_changed``.
+        InvalidJSON: the presented args cannot be hashed (422).
+    """
+    caller.require("runtime")
+    now = deps.clock()
+    presented_hash = args_hash(args)
+    claims: PermitClaims | None = None
+    try:
+        claims = verify_permit_token(deps.keyring, token, now=now, issuer=deps.settings.issuer,
+                                     audience=deps.settings.audience)
+        check_binding(claims, tenant=caller.tenant, tool=tool, args_hash=presented_hash)
+        async with deps.db.read() as conn:
+            # The permit's state and the recorded call input, in one statement.
+            row = (await conn.execute(_PERMIT_AND_INPUT, {
+                "jti": claims.jti, "tenant": caller.tenant,
+                "decision_id": claims.decision_id})).first()
+            early = _state_refusal(row, now)
+            if early is not None:
+                raise early
+            stored = (None if row is None or row.call_input is None
+                      else (dict(row.call_input), list(row.call_mask)))
+            counted = await _counted_roles(conn, claims.approval_id)
+        await _recheck_policy(deps, caller.tenant, claims, stored, args, counted, now)
+    except PermitRefused as exc:
+        await _log(deps, refusals, caller.tenant,
+                   _refusal_event(caller, exc, claims, tool, presented_hash), now)
+        raise
+    redeemed = claims
+
+    async def work(conn: AsyncConnection) -> Write:
+        # In the decision log's group commit: one COMMIT for many redeems and decisions.
+        result = await conn.execute(_REDEEM, {"p_jti": redeemed.jti,
+                                              "p_tenant": caller.tenant, "p_at": now})
+        if result.rowcount == 1:
+            event = _claims_event("permit.redeemed", caller, redeemed, {})
+            return Write(caller.tenant, [replace(event, time=now)], None)
+        # A concurrent redeem won (or the permit was revoked meanwhile).
+        refusal = _state_refusal(await _permit_row(conn, caller.tenant, redeemed.jti,
+                                                   lock=False), now) or PermitRefused(
+            "the permit was already redeemed", code="already_redeemed")
+        event = _claims_event("permit.refused", caller, redeemed, {"code": refusal.code})
+        return Write(caller.tenant, [replace(event, time=now)], refusal)
+
+    written: Write = await deps.log_writer.submit(work)
+    if isinstance(written.result, PermitRefused):
+        raise written.result
+    return {"status": "redeemed", "jti": claims.jti, "decision_id": claims.decision_id,
+            "approval_id": claims.approval_id, "tool": claims.tool,
+            "args_hash": claims.args_hash, "redeemed_at": isoformat(now)}
+
+
+def _claims_event(kind: str, caller: Caller, claims: PermitClaims,
+                  payload: dict[str, Any]) -> Event:
+    return Event(type=kind, actor=_actor(caller), decision_id=claims.decision_id,
+                 approval_id=claims.approval_id, permit_jti=claims.jti, run_id=claims.run,
+                 tool=claims.tool, args_hash=claims.args_hash,
+                 policy={"id": claims.policy["id"], "version": claims.policy["version"],
+                         "revision": claims.policy["revision"]},
+                 payload=payload)
+
+
+def _refusal_event(caller: Caller, exc: PermitRefused, claims: PermitClaims | None,
+                   tool: str, presented_hash: str) -> Event:
+    # Claims of another tenant are not linked into this tenant's log beyond the code.
+    if claims is not None and claims.tenant == caller.tenant:
+        return _claims_event("permit.refused", caller, claims,
+                             {"code": exc.code, "presented_tool": tool,
+                              "presented_args_hash": presented_hash})
+    return Event(type="permit.refused", actor=_actor(caller), tool=tool,
+                 args_hash=presented_hash, payload={"code": exc.code})
+
+
+async def _log(deps: Deps, refusals: GroupCommitter[tuple[str, Event, datetime]] | None,
+               tenant: str, event: Event, now: datetime) -> None:
+    """Append one event durably: batched through ``refusals`` when given."""
+    if refusals is not None:
+        await refusals.submit((tenant, event, now))
+        return
+    async with deps.db.transaction() as conn:
+        await append(conn, tenant, [event], now=now)
+
+
+async def _counted_roles(conn: AsyncConnection, approval_id: str | None) -> list[str] | None:
+    if approval_id is None:
+        return None
+    found = (await conn.execute(select(reviews.c.role).where(
+        reviews.c.approval_id == approval_id, reviews.c.decision == "approved",
+        reviews.c.role.is_not(None)))).scalars().all()
+    return [str(role) for role in found]
+
+
+async def _recheck_policy(deps: Deps, tenant: str, claims: PermitClaims,
+                          stored: tuple[dict[str, Any], list[str]] | None,
+                          args: dict[str, Any], counted: list[str] | None,
+                          now: datetime) -> None:
+    """Time-of-use check: the active policy must still give ``allow`` – or, for an
+    approved permit, ``require_approval`` that its counted reviews still meet.
+
+    Raises:
+        PermitRefused ``policy_changed`` (also when the input was not recorded or the tool
+        left the catalogue: fail closed); ``invalid_args`` when the presented args fail the
+        tool catalogue's schema.
+    """
+    changed = PermitRefused("the active policy no longer allows this call",
+                            code="policy_changed")
+    if stored is None:
+        raise changed
+    snapshot = deps.store.snapshot
+    bundle = snapshot.bundle_for(tenant)
+    if bundle is not None and bundle.catalogue is not None:
+        spec = bundle.catalogue.lookup(claims.tool)
+        if spec is None:
+            raise changed
+        try:
+            spec.validate(args)
+        except InvalidArgs as exc:  # same hash, but e.g. 100000.0 for a strict integer
+            raise PermitRefused("arguments fail the tool's schema",
+                                code="invalid_args") from exc
+    input_doc = {**stored[0], "args": args, "now": isoformat(now)}
+    result = (await deps.store.evaluate(tenant, input_doc, snapshot=snapshot)).result
+    if result.effect == "allow":
+        return
+    if (result.effect == "require_approval" and result.approval is not None
+            and counted is not None and satisfies(result.approval, counted)):
+        return
+    raise changed

@@ -1,0 +1,265 @@
+"""Permits: signed, single-use tokens that let one exact tool call run.
+
+A permit is a compact JWS (see :mod:`cosigner.permits.keyring`, ``typ``
+:data:`PERMIT_TYP`) whose claims bind it to one tenant, one tool and one canonical args
+hash (invariant 3). This module mints and verifies the token; redeeming it (single use,
+revocation, policy re-evaluation) is the redeem use case's job.
+
+Time: every claim is an integer NumericDate (seconds since the epoch, UTC). ``now`` is floored to
+whole seconds before any comparison, which is exact for integer claims: ``now >= exp`` holds for
+the floored value iff it holds for the real instant. No clock-skew leeway is granted.
+"""
+
+from __future__ import annotations
+
+import hmac
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypedDict
+
+from cosigner.core.errors import PermitRefused
+from cosigner.permits.keyring import Keyring
+
+__all__ = [
+    "PERMIT_TYP",
+    "ApproverRef",
+    "PermitClaims",
+    "PolicyRef",
+    "check_binding",
+    "mint_permit",
+    "numeric_date",
+    "verify_permit_token",
+]
+
+PERMIT_TYP = "cosigner-permit+jwt"
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class PolicyRef(TypedDict):
+    """The policy that allowed the call: bundle id, version and revision (content digest)."""
+
+    id: str
+    version: str
+    revision: str
+
+
+class ApproverRef(TypedDict):
+    """One accepted review: approver subject id, the role it counted for, and when (NumericDate)."""
+
+    id: str
+    role: str
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class PermitClaims:
+    """The claims of a permit, exactly as signed. Times are NumericDate ints (UTC seconds)."""
+
+    iss: str
+    aud: str
+    jti: str
+    iat: int
+    nbf: int
+    exp: int
+    tenant: str
+    run: str
+    decision_id: str
+    approval_id: str | None
+    tool: str
+    args_hash: str
+    policy: PolicyRef
+    approvers: tuple[ApproverRef, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JWT claims set (``approval_id`` omitted when there is none)."""
+        claims: dict[str, Any] = {
+            "iss": self.iss, "aud": self.aud, "jti": self.jti, "iat": self.iat,
+            "nbf": self.nbf, "exp": self.exp, "tenant": self.tenant, "run": self.run,
+            "decision_id": self.decision_id, "approval_id": self.approval_id,
+            "tool": self.tool, "args_hash": self.args_hash, "policy": dict(self.policy),
+            "approvers": [dict(approver) for approver in self.approvers]}
+        if self.approval_id is None:
+            del claims["approval_id"]
+        return claims
+
+
+def numeric_date(moment: datetime) -> int:
+    """Whole seconds since the epoch, floored (RFC 7519 NumericDate). ``moment`` must be aware."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("datetime must be timezone-aware")
+    return (moment - _EPOCH) // timedelta(seconds=1)
+
+
+def mint_permit(
+    keyring: Keyring,
+    *,
+    issuer: str,
+    audience: str,
+    tenant: str,
+    run_id: str,
+    decision_id: str,
+    approval_id: str | None,
+    tool: str,
+    args_hash: str,
+    policy: Mapping[str, str],
+    approvers: Sequence[Mapping[str, Any]],
+    now: datetime,
+    ttl_s: int,
+    jti: str | None = None,
+) -> tuple[str, PermitClaims]:
+    """Sign a permit valid from ``now`` (floored to seconds) for ``ttl_s`` seconds.
+
+    ``policy`` holds ``id``, ``version``, ``revision`` (strings). Each approver holds ``id``,
+    ``role`` and ``at`` (aware datetime or NumericDate int). ``jti`` defaults to a random
+    uuid4 hex.
+
+    Raises:
+        ValueError: ``ttl_s`` not in ``1..keyring.max_token_lifetime_s`` (a longer permit could
+            outlive its key's publication after rotation), or a malformed policy/approver.
+    """
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int):
+        raise TypeError("ttl_s must be an int")
+    if not 0 < ttl_s <= keyring.max_token_lifetime_s:
+        raise ValueError(f"ttl_s must be in 1..{keyring.max_token_lifetime_s}")
+    iat = numeric_date(now)
+    claims = PermitClaims(
+        iss=issuer,
+        aud=audience,
+        jti=jti if jti is not None else uuid.uuid4().hex,
+        iat=iat,
+        nbf=iat,
+        exp=iat + ttl_s,
+        tenant=tenant,
+        run=run_id,
+        decision_id=decision_id,
+        approval_id=approval_id,
+        tool=tool,
+        args_hash=args_hash,
+        policy=_policy_ref(policy, error=ValueError),
+        approvers=tuple(
+            _approver_ref(approver, error=ValueError, accept_datetime=True)
+            for approver in approvers
+        ),
+    )
+    return keyring.sign(claims.to_json(), typ=PERMIT_TYP), claims
+
+
+def verify_permit_token(
+    keyring: Keyring, token: str, *, now: datetime, issuer: str, audience: str
+) -> PermitClaims:
+    """Check a permit's signature, claim types, issuer, audience and validity window.
+
+    ``now`` is floored to whole seconds. Expired when ``now >= exp`` (RFC 7519 §4.1.4: not
+    accepted *on or after* exp); not yet valid when ``now < nbf`` (§4.1.5).
+
+    Raises:
+        PermitRefused: codes from :meth:`Keyring.verify`, plus ``malformed_permit`` (a claim
+            missing or of the wrong JSON type: times must be integers, not bool/float/string),
+            ``bad_signature`` (issuer is not us), ``wrong_audience``, ``expired``,
+            ``not_yet_valid``.
+    """
+    raw = keyring.verify(token, typ=PERMIT_TYP, now=now)
+    claims = _parse_claims(raw)
+    if claims.iss != issuer:
+        raise PermitRefused("permit was not issued by this server", code="bad_signature")
+    if claims.aud != audience:
+        raise PermitRefused("permit is meant for another audience", code="wrong_audience")
+    current = numeric_date(now)
+    if current >= claims.exp:
+        raise PermitRefused("permit has expired", code="expired")
+    if current < claims.nbf:
+        raise PermitRefused("permit is not valid yet", code="not_yet_valid")
+    return claims
+
+
+def check_binding(claims: PermitClaims, *, tenant: str, tool: str, args_hash: str) -> None:
+    """Refuse a permit used for another tenant, tool or argument set (invariant 3).
+
+    Raises:
+        PermitRefused: ``tenant_mismatch``, ``tool_mismatch`` or ``args_mismatch``.
+    """
+    if claims.tenant != tenant:
+        raise PermitRefused("permit belongs to another tenant", code="tenant_mismatch")
+    if claims.tool != tool:
+        raise PermitRefused("permit is for another tool", code="tool_mismatch")
+    if not hmac.compare_digest(claims.args_hash.encode(), args_hash.encode()):
+        raise PermitRefused("arguments differ from the approved ones", code="args_mismatch")
+
+
+# --- claim parsing ----------------------------------------------------------------------
+
+
+def _malformed(detail: str) -> PermitRefused:
+    return PermitRefused(detail, code="malformed_permit")
+
+
+def _str(raw: Mapping[str, Any], name: str) -> str:
+    value = raw.get(name)
+    if not isinstance(value, str) or not value:
+        raise _malformed(f"claim {name!r} missing or not a string")
+    return value
+
+
+def _int(raw: Mapping[str, Any], name: str) -> int:
+    value = raw.get(name)
+    # bool is an int subclass; floats and numeric strings are refused, not coerced (K18).
+    if type(value) is not int:
+        raise _malformed(f"claim {name!r} missing or not an integer")
+    return value
+
+
+def _policy_ref(raw: Any, *, error: Callable[[str], Exception]) -> PolicyRef:
+    if not isinstance(raw, Mapping):
+        raise error("policy must be an object")
+    fields: dict[str, str] = {}
+    for name in ("id", "version", "revision"):
+        value = raw.get(name)
+        if not isinstance(value, str) or not value:
+            raise error(f"policy.{name} missing or not a string")
+        fields[name] = value
+    return PolicyRef(id=fields["id"], version=fields["version"], revision=fields["revision"])
+
+
+def _approver_ref(
+    raw: Any, *, error: Callable[[str], Exception], accept_datetime: bool = False
+) -> ApproverRef:
+    if not isinstance(raw, Mapping):
+        raise error("approver must be an object")
+    approver_id, role, at = raw.get("id"), raw.get("role"), raw.get("at")
+    if not isinstance(approver_id, str) or not approver_id:
+        raise error("approver id missing or not a string")
+    if not isinstance(role, str) or not role:
+        raise error("approver role missing or not a string")
+    if accept_datetime and isinstance(at, datetime):
+        at = numeric_date(at)
+    if type(at) is not int:
+        raise error("approver 'at' missing or not an integer")
+    return ApproverRef(id=approver_id, role=role, at=at)
+
+
+def _parse_claims(raw: Mapping[str, Any]) -> PermitClaims:
+    approval_id = raw.get("approval_id")
+    if approval_id is not None and (not isinstance(approval_id, str) or not approval_id):
+        raise _malformed("claim 'approval_id' is not a string")
+    approvers = raw.get("approvers")
+    if not isinstance(approvers, list):
+        raise _malformed("claim 'approvers' missing or not an array")
+    return PermitClaims(
+        iss=_str(raw, "iss"),
+        aud=_str(raw, "aud"),
+        jti=_str(raw, "jti"),
+        iat=_int(raw, "iat"),
+        nbf=_int(raw, "nbf"),
+        exp=_int(raw, "exp"),
+        tenant=_str(raw, "tenant"),
+        run=_str(raw, "run"),
+        decision_id=_str(raw, "decision_id"),
+        approval_id=approval_id,
+        tool=_str(raw, "tool"),
+        args_hash=_str(raw, "args_hash"),
+        policy=_policy_ref(raw.get("policy"), error=_malformed),
+        approvers=tuple(_approver_ref(item, error=_malformed) for item in approvers),
+    )

@@ -1,0 +1,198 @@
+"""Tool catalogue: per tool, a JSON Schema for its arguments, a side-effect class, masks.
+
+``tools.yaml`` in a bundle (named by ``catalogue = "tools.yaml"`` in the manifest)::
+
+    tools:
+      issue_refund:
+        side_effect: financial          # none | read | write | financial | destructive
+        mask: ["/order_id"]             # JSON pointers (RFC 6901) to redact in records
+        schema:                         # JSON Schema draft 2020-12 for the arguments
+          type: object
+          ...
+
+Arguments are validated before any policy runs (DESIGN § Policies): a violation is
+:class:`InvalidArgs` (422 ``invalid_args``) listing every error; a tool the catalogue does
+not name is denied ``unknown_tool`` by the caller (:meth:`ToolCatalogue.lookup` → ``None``).
+
+``"type": "integer"`` is strict here: JSON Schema counts ``100000.0`` as an integer and
+Python counts ``True`` as one; neither is accepted (case K25). Only a JSON integer is.
+``pattern`` follows ECMA-262 as JSON Schema says: ``$`` is the end of the string.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, ValidationError
+
+from cosigner.core.errors import InvalidArgs, PolicyError
+
+SIDE_EFFECTS = frozenset({"none", "read", "write", "financial", "destructive"})
+_TOOL_KEYS = frozenset({"schema", "side_effect", "mask", "description"})
+
+
+def _strict_integer(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def ecma_pattern(pattern: str) -> str:
+    """``pattern`` with ECMA-262 ``$``: end of input only (Python's ``$`` also matches
+    before a trailing newline, so ``"ord_1\\n"`` would pass ``^ord_[0-9]+$``)."""
+    out: list[str] = []
+    escaped = in_class = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        elif char == "$" and not in_class:
+            out.append(r"\Z")
+            continue
+        out.append(char)
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(ecma_pattern(pattern))
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    if isinstance(instance, str) and not _compiled(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_TYPE_CHECKER = Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer)
+StrictValidator = jsonschema.validators.extend(
+    Draft202012Validator, validators={"pattern": _pattern}, type_checker=_TYPE_CHECKER
+)
+
+
+def _pointer(path: Any) -> str:
+    """RFC 6901 JSON pointer of a jsonschema error path."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One catalogue entry; ``validate`` uses a validator built once at load."""
+
+    name: str
+    side_effect: str
+    mask: tuple[str, ...]
+    schema: Mapping[str, Any]
+    _validator: Any = field(repr=False, compare=False)
+
+    def validate(self, args: Any) -> None:
+        """Check ``args`` against the tool's schema.
+
+        Raises:
+            InvalidArgs: ``invalid_args`` with ``extra["errors"] = [{"path", "message"}]``,
+                one per violation, in a stable order (path, then message).
+        """
+        errors = [
+            {"path": _pointer(error.absolute_path), "message": error.message}
+            for error in self._validator.iter_errors(args)
+        ]
+        if errors:
+            errors.sort(key=lambda e: (e["path"], e["message"]))
+            raise InvalidArgs(
+                f"arguments of {self.name} do not match its schema", tool=self.name, errors=errors
+            )
+
+
+@dataclass(frozen=True)
+class ToolCatalogue:
+    tools: Mapping[str, ToolSpec]
+
+    def lookup(self, name: str) -> ToolSpec | None:
+        """The tool's spec, or ``None`` when the catalogue does not name it."""
+        return self.tools.get(name)
+
+
+def describe_tools(bundle: Any) -> dict[str, Any]:
+    """What a runtime may learn of its tenant's active bundle (``GET /v1/tools``).
+
+    ``{"policy": {id, version, revision} | None, "tools": [{name, side_effect}] | None}``:
+    ``policy`` is ``None`` when no bundle serves the tenant (every call is denied);
+    ``tools`` is ``None`` when the bundle has no catalogue (any name may be evaluated).
+    A tool missing from a non-null list is denied ``unknown_tool`` whatever its arguments.
+    Schemas and masks are not disclosed.
+    """
+    if bundle is None:
+        return {"policy": None, "tools": None}
+    catalogue = bundle.catalogue
+    tools = None if catalogue is None else [
+        {"name": spec.name, "side_effect": spec.side_effect}
+        for spec in sorted(catalogue.tools.values(), key=lambda s: s.name)]
+    return {"policy": bundle.ref(), "tools": tools}
+
+
+def _fail(where: str, message: str) -> PolicyError:
+    return PolicyError(f"{where}: {message}", code="policy_load_failed")
+
+
+def _parse_tool(name: str, raw: Any, where: str) -> ToolSpec:
+    if not isinstance(raw, dict) or not set(raw) <= _TOOL_KEYS or "schema" not in raw:
+        raise _fail(where, f"tool {name!r} must be a mapping with schema, side_effect, mask")
+    side_effect = raw.get("side_effect")
+    if side_effect not in SIDE_EFFECTS:
+        raise _fail(where, f"tool {name!r}: side_effect must be one of {sorted(SIDE_EFFECTS)}")
+    mask = raw.get("mask", [])
+    if not isinstance(mask, list) or not all(
+        isinstance(p, str) and p.startswith("/") for p in mask
+    ):
+        raise _fail(where, f"tool {name!r}: mask must be a list of JSON pointers")
+    schema = raw["schema"]
+    if not isinstance(schema, dict):
+        raise _fail(where, f"tool {name!r}: schema must be a mapping")
+    try:
+        StrictValidator.check_schema(schema)
+    except SchemaError as exc:
+        raise _fail(
+            where,
+            f"tool {name!r}: invalid JSON Schema at "
+            f"{_pointer(exc.absolute_path) or '/'}: {exc.message}",
+        ) from exc
+    return ToolSpec(
+        name=name,
+        side_effect=side_effect,
+        mask=tuple(mask),
+        schema=schema,
+        _validator=StrictValidator(schema),
+    )
+
+
+def load_catalogue(files: Mapping[str, bytes], name: str, *, where: str) -> ToolCatalogue:
+    """Parse ``files[name]`` (YAML) into a :class:`ToolCatalogue`.
+
+    Raises:
+        PolicyError: ``policy_load_failed`` naming the file (and line for YAML errors)
+            when it is missing, malformed, or a schema is not valid draft 2020-12.
+    """
+    where = f"{where}/{name}"
+    if name not in files:
+        raise _fail(where, "missing")
+    try:
+        data = yaml.safe_load(files[name])
+    except yaml.YAMLError as exc:
+        raise _fail(where, f"invalid YAML: {exc}") from exc
+    if not isinstance(data, dict) or set(data) != {"tools"} or not isinstance(data["tools"], dict):
+        raise _fail(where, "must be a mapping with one key 'tools'")
+    tools = {}
+    for tool_name, raw in data["tools"].items():
+        if not isinstance(tool_name, str) or not tool_name:
+            raise _fail(where, "tool names must be non-empty strings")
+        tools[tool_name] = _parse_tool(tool_name, raw, where)
+    return ToolCatalogue(tools=tools)

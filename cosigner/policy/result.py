@@ -1,0 +1,169 @@
+"""The policy result contract and its validation.
+
+A rule (Python or Rego) returns a raw value; only the exact documented shape may
+act. Anything else becomes ``deny`` with reason ``policy_error`` (fail closed,
+DESIGN invariant 1 and case K04/K05)::
+
+    {"effect": "allow" | "deny" | "require_approval",
+     "reasons": [{"code": str, "message": str} | str, ...],          # optional
+     "approval": {"require": [{"role": str, "count": int >= 1}, ...], # require_approval only
+                  "timeout_ms": 1..2_592_000_000,
+                  "distinct_from": "initiator" | "previous" | "initiator_and_previous"},
+     "mask": ["/json/pointer", ...],                                    # optional
+     "permit_ttl_s": int}                                               # optional, allow only
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cosigner.core.errors import PolicyError
+from cosigner.identity.principals import is_approver_role
+
+Effect = Literal["allow", "deny", "require_approval"]
+DistinctFrom = Literal["initiator", "previous", "initiator_and_previous"]
+
+EFFECTS: frozenset[str] = frozenset({"allow", "deny", "require_approval"})
+DISTINCT_FROM: frozenset[str] = frozenset({"initiator", "previous", "initiator_and_previous"})
+MAX_TIMEOUT_MS = 2_592_000_000  # 30 days
+_RESULT_KEYS = frozenset({"effect", "reasons", "approval", "mask", "permit_ttl_s"})
+_APPROVAL_KEYS = frozenset({"require", "timeout_ms", "distinct_from"})
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """A machine code with its human text."""
+
+    code: str
+    message: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class RoleGroup:
+    role: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequirement:
+    """What an approval request needs: every group met (AND), ``count`` distinct people each."""
+
+    require: tuple[RoleGroup, ...]
+    timeout_ms: int
+    distinct_from: DistinctFrom
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "require": [{"role": g.role, "count": g.count} for g in self.require],
+            "timeout_ms": self.timeout_ms,
+            "distinct_from": self.distinct_from,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyResult:
+    effect: Effect
+    reasons: tuple[Reason, ...] = ()
+    approval: ApprovalRequirement | None = None
+    mask: tuple[str, ...] = ()
+    permit_ttl_s: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def deny(code: str, message: str = "") -> PolicyResult:
+    """A fail-closed ``deny`` carrying one reason."""
+    return PolicyResult(effect="deny", reasons=(Reason(code, message),))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_requirement(raw: Any) -> ApprovalRequirement:
+    """Validate an approval requirement object; raises :class:`PolicyError`.
+
+    An empty or missing ``require`` list is an error, never "anyone may approve"
+    (DESIGN invariant 6, case K15); so is a role that is not an approver role (a built-in
+    ``runtime``/``auditor``/``admin`` role, or a name no principal can hold).
+    """
+    if not isinstance(raw, dict) or not set(raw) <= _APPROVAL_KEYS:
+        raise PolicyError("approval must be an object with require, timeout_ms, distinct_from")
+    groups = raw.get("require")
+    if not isinstance(groups, list) or not groups:
+        raise PolicyError("approval.require must be a non-empty list of {role, count}")
+    parsed: list[RoleGroup] = []
+    for group in groups:
+        if not isinstance(group, dict) or not set(group) <= {"role", "count"}:
+            raise PolicyError("approval.require entries must be {role, count}")
+        role, count = group.get("role"), group.get("count", 1)
+        if not isinstance(role, str) or not role.strip() or not _is_int(count) or count < 1:
+            raise PolicyError("approval.require entries need a role name and count >= 1")
+        if not is_approver_role(role):
+            raise PolicyError(f"approval.require names {role[:64]!r}, which is not an "
+                              "approver role (built-in roles runtime, auditor and admin "
+                              "never approve)")
+        parsed.append(RoleGroup(role=role, count=count))
+    if len({g.role for g in parsed}) != len(parsed):
+        raise PolicyError("approval.require names a role twice")
+    timeout_ms = raw.get("timeout_ms", 1_800_000)
+    if not _is_int(timeout_ms) or not 1 <= timeout_ms <= MAX_TIMEOUT_MS:
+        raise PolicyError(f"approval.timeout_ms must be an integer in 1..{MAX_TIMEOUT_MS}")
+    distinct_from = raw.get("distinct_from", "initiator_and_previous")
+    if distinct_from not in DISTINCT_FROM:
+        raise PolicyError("approval.distinct_from must be initiator, previous or "
+                          "initiator_and_previous")
+    return ApprovalRequirement(tuple(parsed), timeout_ms, distinct_from)
+
+
+def _parse_reasons(raw: Any) -> tuple[Reason, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise PolicyError("reasons must be a list")
+    reasons = []
+    for item in raw:
+        if isinstance(item, str):
+            reasons.append(Reason(item))
+        elif (isinstance(item, dict) and isinstance(item.get("code"), str)
+              and isinstance(item.get("message", ""), str) and set(item) <= {"code", "message"}):
+            reasons.append(Reason(item["code"], item.get("message", "")))
+        else:
+            raise PolicyError("each reason must be a string or {code, message}")
+    return tuple(reasons)
+
+
+def validate_result(raw: Any) -> PolicyResult:
+    """Turn a rule's raw return value into a :class:`PolicyResult`.
+
+    Raises:
+        PolicyError: for anything but the documented shape: non-object, unknown key,
+            unknown effect, malformed approval/mask/reasons, ``approval`` missing on
+            ``require_approval``.
+    """
+    if not isinstance(raw, dict):
+        raise PolicyError(f"policy result must be an object, got {type(raw).__name__}")
+    unknown = set(raw) - _RESULT_KEYS
+    if unknown:
+        raise PolicyError(f"policy result has unknown keys: {sorted(unknown)}")
+    effect = raw.get("effect")
+    if not isinstance(effect, str) or effect not in EFFECTS:
+        raise PolicyError("policy result effect must be allow, deny or require_approval")
+    reasons = _parse_reasons(raw.get("reasons"))
+    approval = None
+    if effect == "require_approval":
+        approval = parse_requirement(raw.get("approval"))
+    elif raw.get("approval") is not None:
+        raise PolicyError("approval is only valid with effect require_approval")
+    mask = raw.get("mask", [])
+    if not isinstance(mask, list) or not all(
+        isinstance(p, str) and (p == "" or p.startswith("/")) for p in mask
+    ):
+        raise PolicyError("mask must be a list of JSON pointers")
+    ttl = raw.get("permit_ttl_s")
+    if ttl is not None and (not _is_int(ttl) or ttl < 1):
+        raise PolicyError("permit_ttl_s must be a positive integer")
+    return PolicyResult(effect, reasons, approval, tuple(mask), ttl)  # type: ignore[arg-type]

@@ -1,0 +1,297 @@
+"""The policy store: loaded bundle versions, the active one per bundle, evaluation.
+
+Loading is atomic: :meth:`PolicyStore.reload` builds a complete new
+:class:`PolicySnapshot` and swaps one reference; a request keeps the snapshot it
+started with, so one decision never mixes versions. A bundle that fails to load is
+reported in ``snapshot.errors`` and the previously loaded version of it stays.
+
+Evaluation fails closed (DESIGN invariant 1): no bundle for the tenant → ``deny``
+``policy_not_loaded``; undefined → ``deny`` ``undefined``; an exception or a result
+outside the contract → ``deny`` ``policy_error`` with an error-level log line naming
+the bundle.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cosigner.core.errors import CosignerError, PolicyError, Unavailable
+from cosigner.policy.bundle import Bundle, Engine, parse_manifest, read_files, revision_of
+from cosigner.policy.python_engine import PythonEngine
+from cosigner.policy.result import PolicyResult, deny, validate_result
+
+log = logging.getLogger("cosigner.policy")
+
+
+@dataclass(frozen=True)
+class LoadError:
+    path: str
+    message: str
+    bundle_id: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one policy evaluation produced.
+
+    ``policy`` is ``{id, version, revision}`` of the bundle that decided, or ``None``
+    when no bundle applies. ``shadow`` is the shadow version's result (never acted on).
+    """
+
+    result: PolicyResult
+    policy: dict[str, str] | None
+    bundle: Bundle | None
+    shadow: PolicyResult | None = None
+    shadow_policy: dict[str, str] | None = None
+    elapsed_us: int = 0
+
+
+@dataclass(frozen=True)
+class PolicySnapshot:
+    """An immutable view: every loaded version, the active and shadow version per id."""
+
+    bundles: dict[str, dict[str, Bundle]] = field(default_factory=dict)
+    active: dict[str, str] = field(default_factory=dict)
+    shadow: dict[str, str] = field(default_factory=dict)
+    errors: tuple[LoadError, ...] = ()
+    tenant_bundles: dict[str, str] = field(default_factory=dict)
+
+    def active_bundle(self, bundle_id: str) -> Bundle | None:
+        version = self.active.get(bundle_id)
+        return self.bundles.get(bundle_id, {}).get(version) if version else None
+
+    def shadow_bundle(self, bundle_id: str) -> Bundle | None:
+        version = self.shadow.get(bundle_id)
+        return self.bundles.get(bundle_id, {}).get(version) if version else None
+
+    def bundle_for(self, tenant: str) -> Bundle | None:
+        """The active bundle used by ``tenant``: an explicit mapping in settings first,
+        then a bundle whose manifest names the tenant, then a ``"*"`` bundle."""
+        mapped = self.tenant_bundles.get(tenant)
+        if mapped is not None:
+            return self.active_bundle(mapped)
+        wildcard = None
+        for bundle_id in sorted(self.active):
+            bundle = self.active_bundle(bundle_id)
+            if bundle is None:
+                continue
+            if tenant in bundle.manifest.tenants:
+                return bundle
+            if wildcard is None and "*" in bundle.manifest.tenants:
+                wildcard = bundle
+        return wildcard
+
+
+def _version_key(version: str) -> tuple[Any, ...]:
+    parts: list[Any] = []
+    for piece in version.replace("-", ".").split("."):
+        parts.append((0, int(piece), "") if piece.isdigit() else (1, 0, piece))
+    return tuple(parts)
+
+
+class PolicyStore:
+    """Holds the current :class:`PolicySnapshot` and evaluates decisions against it."""
+
+    def __init__(
+        self,
+        bundle_dirs: list[Path],
+        *,
+        tenant_bundles: dict[str, str] | None = None,
+        engine_factory: Any = None,
+    ) -> None:
+        self.bundle_dirs = list(bundle_dirs)
+        self.snapshot = PolicySnapshot(tenant_bundles=dict(tenant_bundles or {}))
+        self._engine_factory = engine_factory or build_engine
+
+    # -- loading -----------------------------------------------------------------------
+
+    def load_bundle(self, path: Path) -> Bundle:
+        """Read, compile and self-test one bundle folder; raises :class:`PolicyError`."""
+        files = read_files(path)
+        if "manifest.toml" not in files:
+            raise PolicyError(f"{path}/manifest.toml: missing", code="policy_load_failed")
+        manifest = parse_manifest(files["manifest.toml"], where=f"{path}/manifest.toml")
+        revision = revision_of(files)
+        engine = self._engine_factory(manifest=manifest, path=path, files=files,
+                                      revision=revision)
+        bundle = Bundle(manifest=manifest, path=path, revision=revision, engine=engine,
+                        files=files)
+        if manifest.catalogue:
+            from cosigner.policy.catalogue import load_catalogue
+
+            bundle.catalogue = load_catalogue(files, manifest.catalogue, where=str(path))
+        return bundle
+
+    def discover(self) -> list[Path]:
+        """Bundle folders (those with a manifest.toml) under the configured dirs."""
+        found: list[Path] = []
+        for root in self.bundle_dirs:
+            if root.is_dir():
+                found.extend(sorted(p.parent for p in root.glob("*/manifest.toml")))
+        return found
+
+    def reload(self, *, check: Any = None) -> PolicySnapshot:
+        """Load every bundle folder and swap in a new snapshot atomically.
+
+        ``check(bundle)`` (optional) runs the bundle's own test cases and raises
+        :class:`PolicyError` on failure. A refused bundle keeps its previously loaded
+        versions active. Returns the new snapshot; its ``errors`` list what was refused.
+        """
+        old = self.snapshot
+        bundles: dict[str, dict[str, Bundle]] = {}
+        errors: list[LoadError] = []
+        for path in self.discover():
+            try:
+                bundle = self.load_bundle(path)
+                if check is not None:
+                    check(bundle)
+            except PolicyError as exc:
+                log.error("policy bundle refused: %s", exc.detail)
+                errors.append(LoadError(path=str(path), message=exc.detail))
+                continue
+            versions = bundles.setdefault(bundle.id, {})
+            if bundle.version in versions:
+                errors.append(LoadError(str(path), f"duplicate version {bundle.version}",
+                                        bundle.id, bundle.version))
+                continue
+            versions[bundle.version] = bundle
+        # A refused bundle keeps the versions it had.
+        for bundle_id, versions in old.bundles.items():
+            if any(e.path in {str(b.path) for b in versions.values()} for e in errors):
+                merged = bundles.setdefault(bundle_id, {})
+                for version, bundle in versions.items():
+                    merged.setdefault(version, bundle)
+        active: dict[str, str] = {}
+        for bundle_id, versions in bundles.items():
+            previous = old.active.get(bundle_id)
+            active[bundle_id] = (
+                previous if previous in versions else max(versions, key=_version_key)
+            )
+        shadow = {
+            bid: v for bid, v in old.shadow.items()
+            if v in bundles.get(bid, {}) and active.get(bid) != v
+        }
+        self.snapshot = PolicySnapshot(bundles, active, shadow, tuple(errors),
+                                       old.tenant_bundles)
+        return self.snapshot
+
+    def set_active(self, bundle_id: str, version: str) -> None:
+        """Make ``version`` the active one of ``bundle_id`` (atomic swap)."""
+        snap = self.snapshot
+        if version not in snap.bundles.get(bundle_id, {}):
+            raise PolicyError(f"bundle {bundle_id} has no loaded version {version}",
+                              code="unknown_policy_version")
+        active = dict(snap.active, **{bundle_id: version})
+        shadow = {k: v for k, v in snap.shadow.items() if not (k == bundle_id and v == version)}
+        self.snapshot = PolicySnapshot(snap.bundles, active, shadow, snap.errors,
+                                       snap.tenant_bundles)
+
+    def set_shadow(self, bundle_id: str, version: str | None) -> None:
+        """Run ``version`` of ``bundle_id`` in shadow (``None`` stops shadowing)."""
+        snap = self.snapshot
+        shadow = dict(snap.shadow)
+        if version is None:
+            shadow.pop(bundle_id, None)
+        elif version not in snap.bundles.get(bundle_id, {}):
+            raise PolicyError(f"bundle {bundle_id} has no loaded version {version}",
+                              code="unknown_policy_version")
+        else:
+            shadow[bundle_id] = version
+        self.snapshot = PolicySnapshot(snap.bundles, snap.active, shadow, snap.errors,
+                                       snap.tenant_bundles)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.snapshot.active)
+
+    # -- evaluation ----------------------------------------------------------------------
+
+    async def evaluate(self, tenant: str, input_doc: dict[str, Any],
+                       *, snapshot: PolicySnapshot | None = None) -> Evaluation:
+        """Evaluate the tenant's active bundle (and its shadow) on ``input_doc``.
+
+        Never raises for policy faults: they become ``deny`` results. Raises
+        :class:`cosigner.core.errors.Unavailable` only for ``engine_unavailable`` faults that
+        the engine itself marks as such (the caller still records a deny).
+        """
+        snap = snapshot or self.snapshot
+        bundle = snap.bundle_for(tenant)
+        if bundle is None:
+            return Evaluation(deny("policy_not_loaded", "no policy bundle is loaded for "
+                                   "this tenant"), None, None)
+        started = time.perf_counter()
+        result = await run_bundle(bundle, input_doc)
+        elapsed = int((time.perf_counter() - started) * 1e6)
+        shadow_bundle = snap.shadow_bundle(bundle.id)
+        shadow = await run_bundle(shadow_bundle, input_doc) if shadow_bundle else None
+        return Evaluation(result, bundle.ref(), bundle, shadow,
+                          shadow_bundle.ref() if shadow_bundle else None, elapsed)
+
+
+async def run_bundle(bundle: Bundle, input_doc: dict[str, Any]) -> PolicyResult:
+    """Evaluate one bundle and validate the result; every fault becomes a ``deny``."""
+    try:
+        raw = await bundle.engine.evaluate(input_doc)
+    except Unavailable as exc:
+        log.error("policy engine unavailable for bundle %s@%s: %s", bundle.id,
+                  bundle.version, exc.detail)
+        return deny(exc.code, exc.detail)
+    except CosignerError as exc:
+        log.error("policy error in bundle %s@%s: %s", bundle.id, bundle.version, exc.detail)
+        return deny(exc.code if exc.code in {"undefined", "policy_error"} else "policy_error",
+                    exc.detail)
+    except Exception as exc:  # rule code is operator-written: any fault denies
+        log.error("policy rule raised in bundle %s@%s: %s: %s", bundle.id, bundle.version,
+                  type(exc).__name__, exc)
+        return deny("policy_error", f"rule raised {type(exc).__name__}")
+    if raw is None:
+        return deny("undefined", "the policy gave no decision for this input")
+    try:
+        return validate_result(raw)
+    except PolicyError as exc:
+        log.error("malformed policy result from bundle %s@%s: %s", bundle.id,
+                  bundle.version, exc.detail)
+        return deny("policy_error", exc.detail)
+
+
+class _AsyncPython:
+    def __init__(self, engine: PythonEngine) -> None:
+        self._engine = engine
+
+    async def evaluate(self, input_doc: dict[str, Any]) -> Any:
+        return self._engine.evaluate(input_doc)
+
+
+def build_engine(*, manifest: Any, path: Path, files: dict[str, bytes], revision: str,
+                 opa_url: str = "http://127.0.0.1:8181", opa_timeout_ms: int = 500) -> Engine:
+    """Compile the engine a manifest names; raises :class:`PolicyError` on failure.
+
+    ``opa_url`` / ``opa_timeout_ms`` apply to ``engine = "opa"`` bundles only.
+    """
+    if manifest.engine == "python":
+        if "rules.py" not in files:
+            raise PolicyError(f"{path}/rules.py: missing", code="policy_load_failed")
+        name = f"cosigner_bundle_{manifest.id}_{revision[7:19]}".replace("-", "_")
+        return _AsyncPython(PythonEngine(source=files["rules.py"],
+                                         entrypoint=manifest.entrypoint,
+                                         module_name=name, filename=str(path / "rules.py")))
+    if manifest.engine == "rego":
+        from cosigner.policy.rego_engine import RegoEngine
+
+        return RegoEngine.from_files(files, entrypoint=manifest.entrypoint, where=str(path))
+    if manifest.engine == "opa":
+        from cosigner.policy.opa_engine import OpaEngine
+
+        return OpaEngine.from_manifest(manifest, url=opa_url, timeout_ms=opa_timeout_ms)
+    raise PolicyError(f"{path}: unknown engine {manifest.engine}", code="policy_load_failed")
+
+
+def engine_factory(*, opa_url: str, opa_timeout_ms: int) -> Any:
+    """A :func:`build_engine` bound to the remote-OPA settings, for ``PolicyStore``."""
+    return functools.partial(build_engine, opa_url=opa_url, opa_timeout_ms=opa_timeout_ms)

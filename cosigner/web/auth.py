@@ -1,0 +1,51 @@
+"""Who is signed in: the session cookie is the only source of a web caller's identity."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from cosigner.http.deps import services
+from cosigner.identity.principals import Caller
+from cosigner.web import csrf, sessions
+
+
+class SignInRequired(Exception):
+    """No live session: GET pages redirect to the sign-in form, POSTs get 403."""
+
+
+def cookie_secure(request: Request) -> bool:
+    """``Secure`` cookies when this request, or the public URL, is https."""
+    public_url: str = services(request).deps.settings.public_url
+    return request.url.scheme == "https" or public_url.startswith("https://")
+
+
+async def current_user(request: Request) -> Caller | None:
+    """The caller of the request's session cookie, or ``None``."""
+    raw = request.cookies.get(sessions.COOKIE)
+    if not raw:
+        return None
+    deps = services(request).deps
+    caller = await sessions.load(deps.db, raw, now=deps.clock(),
+                                 idle_timeout_s=deps.settings.session_idle_timeout_s)
+    if caller is not None:
+        request.state.web_user = caller
+        request.state.web_csrf = csrf.token_for(raw)
+    return caller
+
+
+async def require_user(request: Request) -> Caller:
+    """The signed-in caller; raises :class:`SignInRequired` otherwise."""
+    caller = await current_user(request)
+    if caller is None:
+        raise SignInRequired()
+    return caller
+
+
+UserDep = Annotated[Caller, Depends(require_user)]
+
+
+def check_csrf(request: Request, submitted: str | None) -> bool:
+    """True when the form's token belongs to this request's session cookie."""
+    return csrf.is_valid(request.cookies.get(sessions.COOKIE), submitted)

@@ -1,0 +1,218 @@
+"""The approvals domain without HTTP: state table, review rules, masking, expiry sweep, and
+concurrent reviews completing a quorum (exactly one permit)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from cosigner.approvals import reviews as approvals
+from cosigner.approvals import rules as review_rules
+from cosigner.approvals.views import MASK, display_args
+from cosigner.core.clock import FrozenClock
+from cosigner.core.errors import ApprovalStateError, NotFound, ReviewRefused
+from cosigner.db.tables import audit_events, permits
+from cosigner.db.tables_approvals import approvals as approvals_table
+from cosigner.identity.principals import Caller
+from cosigner.policy.result import ApprovalRequirement, RoleGroup
+from tests.conftest import Harness
+from tests.http.approval_helpers import decide, needs, scripted, write_scripted_bundle
+
+T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def requirement(*groups: tuple[str, int], distinct_from: str = "initiator_and_previous"
+                ) -> ApprovalRequirement:
+    return ApprovalRequirement(tuple(RoleGroup(r, c) for r, c in groups), 60_000,
+                               distinct_from)  # type: ignore[arg-type]
+
+
+def person(tenant: str, subject: str, *roles: str) -> Caller:
+    return Caller(tenant=tenant, principal_id=str(uuid.uuid4()), subject=subject,
+                  roles=frozenset(roles), kind="key")
+
+
+# --- the state table ----------------------------------------------------------------------
+
+
+def test_only_pending_moves_and_terminal_states_never_change() -> None:
+    assert approvals.TRANSITIONS["pending"] == {"approved", "rejected", "expired",
+                                                "cancelled"}
+    assert approvals.TERMINAL == {"approved", "rejected", "expired", "cancelled"}
+    assert set(approvals.TRANSITIONS) == set(approvals.STATES)
+
+
+@pytest.mark.parametrize("state", ["approved", "rejected", "expired", "cancelled"])
+async def test_transition_refuses_leaving_a_terminal_state(state: str) -> None:
+    row = type("Row", (), {"id": "x", "status": state})()
+    with pytest.raises(ApprovalStateError):
+        await approvals.transition(None, row, "approved", now=T0)  # type: ignore[arg-type]
+
+
+# --- pure review rules --------------------------------------------------------------------
+
+
+def ctx(req: ApprovalRequirement, **overrides: Any) -> review_rules.ReviewContext:
+    values: dict[str, Any] = {
+        "requirement": req, "initiator_id": "agent", "principal_id": "customer",
+        "opened_by": "runtime-key", "previous_approvers": frozenset(),
+        "reviewed": frozenset()}
+    values.update(overrides)
+    return review_rules.ReviewContext(**values)
+
+
+@pytest.mark.parametrize(("subject", "roles", "overrides", "decision", "code"), [
+    ("alice", {"security"}, {}, "approved", "not_eligible"),
+    ("alice", set(), {}, "approved", "not_eligible"),
+    ("runtime-key", {"finance"}, {}, "approved", "self_approval"),
+    ("agent", {"finance"}, {}, "approved", "self_approval"),
+    ("customer", {"finance"}, {}, "rejected", "self_approval"),
+    ("alice", {"finance"}, {"previous_approvers": frozenset({"alice"})}, "approved",
+     "previous_approver"),
+    ("alice", {"finance"}, {"previous_approvers": frozenset({"alice"})}, "rejected", None),
+    ("alice", {"finance"}, {"reviewed": frozenset({"alice"})}, "approved",
+     "duplicate_review"),
+    ("alice", {"finance"}, {}, "approved", None),
+])
+def test_refusal_codes(subject: str, roles: set[str], overrides: dict[str, Any],
+                       decision: str, code: str | None) -> None:
+    got = review_rules.refusal_code(ctx(requirement(("finance", 1)), **overrides),
+                                    subject=subject, roles=roles, decision=decision)
+    assert got == code
+
+
+def test_distinct_from_previous_does_not_exclude_the_initiator() -> None:
+    rules = ctx(requirement(("finance", 1), distinct_from="previous"),
+                previous_approvers=frozenset({"bob"}))
+    assert review_rules.refusal_code(rules, subject="agent", roles={"finance"},
+                                     decision="approved") is None
+    assert review_rules.refusal_code(rules, subject="bob", roles={"finance"},
+                                     decision="approved") == "previous_approver"
+    initiator_only = ctx(requirement(("finance", 1), distinct_from="initiator"),
+                         previous_approvers=frozenset({"bob"}))
+    assert review_rules.refusal_code(initiator_only, subject="bob", roles={"finance"},
+                                     decision="approved") is None
+
+
+def test_matching_counts_each_person_once_and_reassigns_when_needed() -> None:
+    groups = requirement(("finance", 1), ("security", 1)).require
+    both = frozenset({"finance", "security"})
+    assert review_rules.match([("alice", both)], groups) == {"alice": "finance"}
+    assert review_rules.match([("alice", both), ("bob", frozenset({"finance"}))], groups) == {
+        "alice": "security", "bob": "finance"}
+    full = review_rules.match([("a", frozenset({"finance"})), ("b", frozenset({"finance"}))],
+                              groups)
+    assert full == {"a": "finance"}
+    assert not review_rules.is_met(groups, full)
+    assert review_rules.progress(groups, full) == [
+        {"role": "finance", "count": 1, "approved": 1},
+        {"role": "security", "count": 1, "approved": 0}]
+
+
+def test_satisfies_for_redeem_recheck() -> None:
+    assert review_rules.satisfies(requirement(("finance", 1)), ["finance"])
+    assert not review_rules.satisfies(requirement(("finance", 2)), ["finance"])
+    assert not review_rules.satisfies(requirement(("finance", 1), ("security", 1)),
+                                      ["finance"])
+
+
+# --- masking ------------------------------------------------------------------------------
+
+
+def test_display_args_masks_pointers_and_ignores_missing_paths() -> None:
+    args = '{"a/b":1,"card":{"number":"4111","exp":"12/30"},"items":[{"sku":"x"}],"~k":2}'
+    shown = display_args(args, ["/card/number", "/items/0/sku", "/a~1b", "/~0k", "/nope/x",
+                                "/items/9"])
+    assert shown == {"a/b": MASK, "card": {"number": MASK, "exp": "12/30"},
+                     "items": [{"sku": MASK}], "~k": MASK}
+    assert display_args(args, [""]) == MASK
+
+
+# --- against a real database --------------------------------------------------------------
+
+
+@pytest.fixture
+async def frozen(harness_factory: Callable[..., Any], tmp_path: Path
+                 ) -> tuple[Harness, FrozenClock]:
+    clock = FrozenClock(T0)
+    h: Harness = await harness_factory(clock=clock,
+                                       bundle_dirs=[write_scripted_bundle(tmp_path / "b")])
+    return h, clock
+
+
+async def test_expire_due_sweeps_at_the_instant_and_logs(
+        frozen: tuple[Harness, FrozenClock], tenant: str) -> None:
+    h, clock = frozen
+    runtime = await h.headers(tenant, "runtime")
+    decision = await decide(h, runtime, scripted(needs(("finance", 1), timeout_ms=5_000)))
+    approval_id = decision["approval"]["id"]
+    deps = h.services.deps
+
+    async def stored_status() -> str:
+        async with deps.db.read() as conn:
+            return str((await conn.execute(select(approvals_table.c.status).where(
+                approvals_table.c.id == approval_id))).scalar_one())
+
+    # The sweep is global; other tests' rows may share a PostgreSQL database.
+    await approvals.expire_due(deps.db, T0 + timedelta(seconds=5, microseconds=-1))
+    assert await stored_status() == "pending"
+    assert await approvals.expire_due(deps.db, T0 + timedelta(seconds=5)) >= 1
+    assert await stored_status() == "expired"
+    await approvals.expire_due(deps.db, T0 + timedelta(seconds=6))
+    clock.advance(seconds=5)
+    with pytest.raises(ApprovalStateError) as err:
+        await approvals.review(deps, person(tenant, "alice", "finance"), approval_id,
+                               decision="approved")
+    assert err.value.code == "approval_expired"
+    async with deps.db.read() as conn:
+        expired = (await conn.execute(select(func.count()).select_from(audit_events).where(
+            audit_events.c.tenant == tenant,
+            audit_events.c.type == "approval.expired"))).scalar_one()
+    assert expired == 1
+
+
+async def test_review_is_the_one_entry_point_for_every_rule(
+        frozen: tuple[Harness, FrozenClock], tenant: str) -> None:
+    h, _ = frozen
+    runtime = await h.headers(tenant, "runtime", subject="rt")
+    deps = h.services.deps
+    approval_id = (await decide(h, runtime, scripted(needs(("finance", 1)))))["approval"]["id"]
+    with pytest.raises(ReviewRefused) as err:
+        await approvals.review(deps, person(tenant, "rt", "finance", "admin"), approval_id,
+                               decision="approved")
+    assert err.value.code == "self_approval"
+    with pytest.raises(NotFound):  # another tenant: the id does not exist for them
+        await approvals.review(deps, person(f"{tenant}-x", "bob", "finance"), approval_id,
+                               decision="approved")
+    state = await approvals.review(deps, person(tenant, "bob", "finance"), approval_id,
+                                   decision="approved", comment="checked the order")
+    assert state["status"] == "approved"
+
+
+@pytest.mark.parametrize("reviewers", [2, 8])
+async def test_concurrent_reviews_completing_a_quorum_mint_one_permit(
+        frozen: tuple[Harness, FrozenClock], tenant: str, reviewers: int) -> None:
+    h, _ = frozen
+    runtime = await h.headers(tenant, "runtime")
+    deps = h.services.deps
+    approval_id = (await decide(h, runtime, scripted(needs(("finance", 2)))))["approval"]["id"]
+    people = [person(tenant, f"p{i}", "finance") for i in range(reviewers)]
+    outcomes = await asyncio.gather(*(
+        approvals.review(deps, p, approval_id, decision="approved") for p in people),
+        return_exceptions=True)
+    accepted = [o for o in outcomes if isinstance(o, dict)]
+    refused = [o for o in outcomes if not isinstance(o, dict)]
+    assert len(accepted) == 2
+    assert all(getattr(e, "code", None) in {"approval_not_pending", "role_already_met"}
+               for e in refused), refused
+    async with deps.db.read() as conn:
+        minted = (await conn.execute(select(func.count()).select_from(permits).where(
+            permits.c.approval_id == approval_id))).scalar_one()
+    assert minted == 1

@@ -1,0 +1,334 @@
+"""Permit tokens: mint, verify claims and time window, binding (invariant 3; cases K10, K18).
+
+Tokens with odd claims are signed by hand with the keyring's real private key (read from its
+key file) using ``cryptography``, so the tests do not depend on the code under test.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from cosigner.core.errors import PermitRefused
+from cosigner.permits.keyring import Keyring
+from cosigner.permits.tokens import (
+    PERMIT_TYP,
+    PermitClaims,
+    check_binding,
+    mint_permit,
+    numeric_date,
+    verify_permit_token,
+)
+
+T = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+T_S = int(T.timestamp())
+ISSUER = "https://cosigner.test"
+AUDIENCE = "cosigner-executor"
+ARGS_HASH = "sha256:" + hashlib.sha256(b'{"amount_minor":100}').hexdigest()
+POLICY = {"id": "payments", "version": "3", "revision": "sha256:abc"}
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def make_keyring(tmp_path: Path) -> tuple[Keyring, Ed25519PrivateKey]:
+    key_dir = tmp_path / "keys"
+    keyring = Keyring.load_or_create(key_dir, now=T, max_token_lifetime_s=3600)
+    jwk = json.loads((key_dir / f"{keyring.current_kid}.json").read_text())["jwk"]
+    return keyring, Ed25519PrivateKey.from_private_bytes(b64url_decode(jwk["d"]))
+
+
+def claims_json(**overrides: Any) -> dict[str, Any]:
+    claims: dict[str, Any] = {
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "jti": "permit-1",
+        "iat": T_S,
+        "nbf": T_S,
+        "exp": T_S + 60,
+        "tenant": "acme",
+        "run": "run-1",
+        "decision_id": "dec-1",
+        "approval_id": "apr-1",
+        "tool": "send_payment",
+        "args_hash": ARGS_HASH,
+        "policy": dict(POLICY),
+        "approvers": [{"id": "alice", "role": "finance", "at": T_S - 5}],
+    }
+    claims.update(overrides)
+    return claims
+
+
+def hand_signed(keyring: Keyring, private: Ed25519PrivateKey, claims: dict[str, Any]) -> str:
+    header = {"alg": "Ed25519", "kid": keyring.current_kid, "typ": PERMIT_TYP}
+    signing_input = ".".join(
+        b64url(json.dumps(part, separators=(",", ":")).encode()) for part in (header, claims)
+    )
+    return f"{signing_input}.{b64url(private.sign(signing_input.encode()))}"
+
+
+def verify(keyring: Keyring, token: str, *, now: datetime = T) -> PermitClaims:
+    return verify_permit_token(keyring, token, now=now, issuer=ISSUER, audience=AUDIENCE)
+
+
+def refused_code(keyring: Keyring, token: str, *, now: datetime = T) -> str:
+    with pytest.raises(PermitRefused) as caught:
+        verify(keyring, token, now=now)
+    return caught.value.code
+
+
+def mint(keyring: Keyring, **overrides: Any) -> tuple[str, PermitClaims]:
+    arguments: dict[str, Any] = {
+        "issuer": ISSUER,
+        "audience": AUDIENCE,
+        "tenant": "acme",
+        "run_id": "run-1",
+        "decision_id": "dec-1",
+        "approval_id": "apr-1",
+        "tool": "send_payment",
+        "args_hash": ARGS_HASH,
+        "policy": POLICY,
+        "approvers": [{"id": "alice", "role": "finance", "at": T - timedelta(seconds=5)}],
+        "now": T,
+        "ttl_s": 60,
+    }
+    arguments.update(overrides)
+    return mint_permit(keyring, **arguments)
+
+
+# --- mint / verify ----------------------------------------------------------------------
+
+
+def test_mint_verify_round_trip() -> None:
+    keyring = Keyring.ephemeral(now=T)
+
+    token, claims = mint(keyring, jti="permit-1")
+
+    assert verify(keyring, token) == claims
+    assert claims.to_json() == claims_json()
+    header = json.loads(b64url_decode(token.split(".")[0]))
+    assert header == {"alg": "Ed25519", "kid": keyring.current_kid, "typ": PERMIT_TYP}
+    assert json.loads(b64url_decode(token.split(".")[1])) == claims_json()
+
+
+def test_mint_defaults_jti_to_random_uuid_hex_and_floors_now() -> None:
+    keyring = Keyring.ephemeral(now=T)
+
+    _, first = mint(keyring, now=T + timedelta(milliseconds=999))
+    _, second = mint(keyring)
+
+    assert len(first.jti) == 32 and int(first.jti, 16) >= 0
+    assert first.jti != second.jti
+    assert (first.iat, first.nbf, first.exp) == (T_S, T_S, T_S + 60)
+
+
+def test_permit_without_approval_omits_approval_id() -> None:
+    keyring = Keyring.ephemeral(now=T)
+
+    token, claims = mint(keyring, approval_id=None, approvers=[])
+
+    assert "approval_id" not in json.loads(b64url_decode(token.split(".")[1]))
+    assert verify(keyring, token).approval_id is None
+    assert claims.approvers == ()
+
+
+@pytest.mark.parametrize("ttl_s", [0, -1, 3601])
+def test_mint_refuses_ttl_outside_key_lifetime(ttl_s: int) -> None:
+    keyring = Keyring.ephemeral(now=T, max_token_lifetime_s=3600)
+
+    with pytest.raises(ValueError):
+        mint(keyring, ttl_s=ttl_s)
+
+
+def test_numeric_date_floors_and_needs_an_aware_datetime() -> None:
+    assert numeric_date(T + timedelta(microseconds=999_999)) == T_S
+    assert numeric_date(datetime(1969, 12, 31, 23, 59, 59, 500_000, tzinfo=UTC)) == -1
+    with pytest.raises(ValueError):
+        numeric_date(datetime(2025, 1, 1))
+
+
+def test_wrong_issuer_refused(tmp_path: Path) -> None:
+    keyring, private = make_keyring(tmp_path)
+    token = hand_signed(keyring, private, claims_json(iss="https://other.test"))
+
+    assert refused_code(keyring, token) == "bad_signature"
+
+
+def test_wrong_audience_refused(tmp_path: Path) -> None:
+    keyring, private = make_keyring(tmp_path)
+    token = hand_signed(keyring, private, claims_json(aud="someone-else"))
+
+    assert refused_code(keyring, token) == "wrong_audience"
+
+
+def test_token_of_another_typ_refused() -> None:
+    keyring = Keyring.ephemeral(now=T)
+    token = keyring.sign(claims_json(), typ="cosigner-checkpoint+jwt")
+
+    assert refused_code(keyring, token) == "wrong_token_type"
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "iss",
+        "aud",
+        "jti",
+        "iat",
+        "nbf",
+        "tenant",
+        "run",
+        "decision_id",
+        "tool",
+        "args_hash",
+        "policy",
+        "approvers",
+    ],
+)
+def test_missing_claim_refused(tmp_path: Path, claim: str) -> None:
+    keyring, private = make_keyring(tmp_path)
+    claims = claims_json()
+    del claims[claim]
+
+    assert refused_code(keyring, hand_signed(keyring, private, claims)) == "malformed_permit"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"tenant": 1},
+        {"args_hash": None},
+        {"approval_id": 7},
+        {"iat": True},
+        {"nbf": float(T_S)},
+        {"policy": {"id": "p", "version": 3, "revision": "r"}},
+        {"policy": "payments"},
+        {"approvers": {"id": "alice"}},
+        {"approvers": [{"id": "alice", "role": "finance", "at": "2025-03-01T12:00:00Z"}]},
+        {"approvers": [{"id": "alice", "at": T_S}]},
+    ],
+)
+def test_claim_of_wrong_type_refused(tmp_path: Path, overrides: dict[str, Any]) -> None:
+    keyring, private = make_keyring(tmp_path)
+    token = hand_signed(keyring, private, claims_json(**overrides))
+
+    assert refused_code(keyring, token) == "malformed_permit"
+
+
+# --- K18: expiry boundary ---------------------------------------------------------------
+
+
+def test_k18_exp_equal_to_now_refused(tmp_path: Path) -> None:
+    keyring, private = make_keyring(tmp_path)
+
+    assert refused_code(keyring, hand_signed(keyring, private, claims_json(exp=T_S))) == "expired"
+
+
+def test_k18_exp_one_second_after_now_accepted(tmp_path: Path) -> None:
+    keyring, private = make_keyring(tmp_path)
+    token = hand_signed(keyring, private, claims_json(exp=T_S + 1))
+
+    assert verify(keyring, token).exp == T_S + 1
+    # Sub-second clock: still before exp.
+    assert verify(keyring, token, now=T + timedelta(microseconds=999_999)).exp == T_S + 1
+    assert refused_code(keyring, token, now=T + timedelta(seconds=1)) == "expired"
+
+
+def test_k18_nbf_one_second_after_now_refused(tmp_path: Path) -> None:
+    keyring, private = make_keyring(tmp_path)
+    token = hand_signed(keyring, private, claims_json(nbf=T_S + 1))
+
+    assert refused_code(keyring, token) == "not_yet_valid"
+    assert refused_code(keyring, token, now=T + timedelta(microseconds=999_999)) == "not_yet_valid"
+    assert verify(keyring, token, now=T + timedelta(seconds=1)).nbf == T_S + 1
+
+
+@pytest.mark.parametrize(
+    "exp",
+    [str(T_S + 60), float(T_S + 60), True, None, [T_S + 60]],
+    ids=["string", "float", "bool", "null", "array"],
+)
+def test_k18_exp_not_an_integer_refused(tmp_path: Path, exp: Any) -> None:
+    keyring, private = make_keyring(tmp_path)
+    token = hand_signed(keyring, private, claims_json(exp=exp))
+
+    assert refused_code(keyring, token) == "malformed_permit"
+
+
+def test_k18_exp_missing_refused(tmp_path: Path) -> None:
+    keyring, private = make_keyring(tmp_path)
+    claims = claims_json()
+    del claims["exp"]
+
+    assert refused_code(keyring, hand_signed(keyring, private, claims)) == "malformed_permit"
+
+
+def test_k18_minted_permit_expires_exactly_at_ttl() -> None:
+    keyring = Keyring.ephemeral(now=T)
+    token, _ = mint(keyring, ttl_s=60)
+
+    assert verify(keyring, token, now=T + timedelta(seconds=59, microseconds=999_999))
+    assert refused_code(keyring, token, now=T + timedelta(seconds=60)) == "expired"
+
+
+# --- K10 / invariant 3: binding ---------------------------------------------------------
+
+
+def test_permit_of_another_keyring_refused() -> None:
+    keyring = Keyring.ephemeral(now=T)
+    token, _ = mint(Keyring.ephemeral(now=T))
+
+    assert refused_code(keyring, token) == "unknown_kid"
+
+
+def test_check_binding_accepts_the_same_call() -> None:
+    keyring = Keyring.ephemeral(now=T)
+    _, claims = mint(keyring)
+
+    check_binding(claims, tenant="acme", tool="send_payment", args_hash=ARGS_HASH)
+
+
+@pytest.mark.parametrize(
+    ("binding", "code"),
+    [
+        ({"tenant": "globex"}, "tenant_mismatch"),
+        ({"tool": "delete_customer"}, "tool_mismatch"),
+        ({"args_hash": "sha256:" + "0" * 64}, "args_mismatch"),
+        ({"args_hash": ARGS_HASH.upper()}, "args_mismatch"),
+        ({"args_hash": ""}, "args_mismatch"),
+    ],
+    ids=["k10-tenant-a-permit-in-tenant-b", "tool", "args", "args-case", "args-empty"],
+)
+def test_check_binding_mismatch_refused(binding: dict[str, str], code: str) -> None:
+    keyring = Keyring.ephemeral(now=T)
+    _, claims = mint(keyring)
+    call = {"tenant": "acme", "tool": "send_payment", "args_hash": ARGS_HASH, **binding}
+
+    with pytest.raises(PermitRefused) as caught:
+        check_binding(claims, **call)
+
+    assert caught.value.code == code
+
+
+def test_permit_signed_by_a_retired_key_verifies_until_it_expires() -> None:
+    keyring = Keyring.ephemeral(now=T, max_token_lifetime_s=3600)
+    token, _ = mint(keyring, ttl_s=3600)
+    keyring.rotate(now=T + timedelta(seconds=1))
+
+    assert verify(keyring, token, now=T + timedelta(seconds=3599)).exp == T_S + 3600
+    assert refused_code(keyring, token, now=T + timedelta(seconds=3600)) == "expired"
