@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from cosigner.audit.chain import GENESIS, Event, event_body, hash_body  # noqa: E402
 from cosigner.audit.checkpoints import sign_checkpoint  # noqa: E402
 from cosigner.db.migrate import upgrade  # noqa: E402
-from cosigner.permits.keyring import Keyring  # noqa: E402
+from cosigner.keys.keyring import Keyring  # noqa: E402
 
 TENANT = "bench"
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"

@@ -4,6 +4,6 @@ import sys
 
 import yaml
 
-from cosigner.http.app import create_app
+from cosigner.app import create_app
 
 yaml.safe_dump(create_app().openapi(), sys.stdout, sort_keys=False, allow_unicode=True)

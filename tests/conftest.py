@@ -26,12 +26,14 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from cosigner.app import create_app
+from cosigner.context import AppContext
 from cosigner.core.clock import Clock
 from cosigner.core.settings import Settings
 from cosigner.db.database import Database
 from cosigner.db.migrate import upgrade
-from cosigner.http.app import create_app
 from cosigner.identity.principals import create_api_key
+from cosigner.tasks import Tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_BASE_URL = os.environ.get("COSIGNER_TEST_PG_URL",
@@ -132,16 +134,22 @@ class Harness:
         self.settings = settings
 
     @property
-    def services(self) -> Any:
-        return self.app.state.services
+    def context(self) -> AppContext:
+        ctx: AppContext = self.app.state.context
+        return ctx
+
+    @property
+    def tasks(self) -> Tasks:
+        tasks: Tasks = self.app.state.tasks
+        return tasks
 
     @property
     def db(self) -> Database:
-        return self.services.deps.db  # type: ignore[no-any-return]
+        return self.context.db
 
     async def key(self, tenant: str, *roles: str, subject: str | None = None) -> str:
         key, _ = await create_api_key(self.db, tenant=tenant, roles=list(roles),
-                                      subject=subject, clock=self.services.deps.clock)
+                                      subject=subject, clock=self.context.clock)
         return key
 
     async def headers(self, tenant: str, *roles: str, subject: str | None = None

@@ -43,8 +43,8 @@ from cosigner.permits import ledger as permit_ledger
 from cosigner.policy.result import ApprovalRequirement
 
 if TYPE_CHECKING:
+    from cosigner.context import AppContext
     from cosigner.core.settings import Settings
-    from cosigner.decisions.pdp import Deps
 
 __all__ = ["CallFacts", "open_request", "record_gate", "request_review"]
 
@@ -140,7 +140,7 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
     return view(existing, rows, public_url=public_url, now=now, brief=True), events
 
 
-async def request_review(deps: Deps, caller: Caller, *, decision_id: str,
+async def request_review(deps: AppContext, caller: Caller, *, decision_id: str,
                          reason: str) -> dict[str, Any]:
     """A runtime asks for human review of a call the policy allowed.
 

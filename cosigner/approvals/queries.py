@@ -22,7 +22,7 @@ from cosigner.identity.principals import Caller
 from cosigner.policy.result import parse_requirement
 
 if TYPE_CHECKING:
-    from cosigner.decisions.pdp import Deps
+    from cosigner.context import AppContext
 
 MAX_WAIT_S = 60.0
 POLL_INTERVAL_S = 0.2
@@ -34,7 +34,7 @@ def _may_read(caller: Caller, row: Any) -> bool:
     return caller.has_any(*_READERS) or bool(caller.roles & needed)
 
 
-async def _read(deps: Deps, caller: Caller, approval_id: str) -> tuple[Any, list[Any]]:
+async def _read(deps: AppContext, caller: Caller, approval_id: str) -> tuple[Any, list[Any]]:
     async with deps.db.read() as conn:
         row = (await conn.execute(select(approvals).where(
             approvals.c.id == approval_id, approvals.c.tenant == caller.tenant))).first()
@@ -43,7 +43,7 @@ async def _read(deps: Deps, caller: Caller, approval_id: str) -> tuple[Any, list
         return row, await reviews_of(conn, approval_id)
 
 
-async def get_state(deps: Deps, caller: Caller, approval_id: str, *,
+async def get_state(deps: AppContext, caller: Caller, approval_id: str, *,
                     wait_s: float = 0.0) -> dict[str, Any]:
     """The request's state; with ``wait_s`` (≤ 60 s) wait until it leaves ``pending``.
 
@@ -69,7 +69,7 @@ async def get_state(deps: Deps, caller: Caller, approval_id: str, *,
         await asyncio.sleep(min(POLL_INTERVAL_S, max(deadline - time.monotonic(), 0.0)))
 
 
-async def list_requests(deps: Deps, caller: Caller, *, status: str = "pending",
+async def list_requests(deps: AppContext, caller: Caller, *, status: str = "pending",
                         limit: int = 100) -> list[dict[str, Any]]:
     """Requests of the caller's tenant with ``status``, newest first.
 

@@ -45,12 +45,13 @@ from cosigner.core.errors import (
 from cosigner.db.tables_approvals import approvals, reviews
 from cosigner.identity.principals import Caller
 from cosigner.permits import ledger as permit_ledger
+from cosigner.policy import quorum
 from cosigner.policy.result import parse_requirement
 
 if TYPE_CHECKING:
+    from cosigner.context import AppContext
     from cosigner.core.settings import Settings
     from cosigner.db.database import Database
-    from cosigner.decisions.pdp import Deps
 
 __all__ = ["STATES", "SYSTEM_ACTOR", "TERMINAL", "TRANSITIONS", "actor", "aware", "cancel",
            "display_args", "event", "expire", "expire_due", "expire_if_due", "is_due", "load",
@@ -162,7 +163,7 @@ async def _previous_approvers(conn: AsyncConnection, row: Any) -> frozenset[str]
     return frozenset(found)
 
 
-async def review(deps: Deps, caller: Caller, approval_id: str, *, decision: str,
+async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision: str,
                  comment: str = "") -> dict[str, Any]:
     """Record ``caller``'s review of a request; the identity is the caller's credential.
 
@@ -219,12 +220,12 @@ def _refused(row: Any, who: dict[str, Any], decision: str,
                           decision=decision)]
 
 
-async def _review_locked(deps: Deps, conn: AsyncConnection, caller: Caller, row: Any,
+async def _review_locked(deps: AppContext, conn: AsyncConnection, caller: Caller, row: Any,
                          decision: str, comment: str, now: datetime
                          ) -> tuple[CosignerError | None, list[Event]]:
     who = actor(caller)
     requirement = parse_requirement(row.requirement)
-    held = caller.roles & review_rules.required_roles(requirement)
+    held = caller.roles & quorum.required_roles(requirement)
     if not held:
         return _refused(row, who, decision, ReviewRefused(
             "you hold none of the roles this request needs", code="not_eligible"))
@@ -258,7 +259,7 @@ async def _review_locked(deps: Deps, conn: AsyncConnection, caller: Caller, row:
                              comment=comment),
                       event("approval.rejected", row, who)]
     approving = [(r.subject, frozenset(r.roles)) for r in existing if r.decision == "approved"]
-    assignment = review_rules.match([*approving, (caller.subject, held)], requirement.require)
+    assignment = quorum.match([*approving, (caller.subject, held)], requirement.require)
     if caller.subject not in assignment:
         return _refused(row, who, decision, ReviewRefused(
             "the groups you could count for are already met", code="role_already_met"))
@@ -270,8 +271,8 @@ async def _review_locked(deps: Deps, conn: AsyncConnection, caller: Caller, row:
                                .values(role=assignment.get(earlier.subject)))
     events = [event("approval.reviewed", row, who, decision=decision,
                      role=assignment[caller.subject], comment=comment,
-                     progress=review_rules.progress(requirement.require, assignment))]
-    if review_rules.is_met(requirement.require, assignment):
+                     progress=quorum.progress(requirement.require, assignment))]
+    if quorum.is_met(requirement.require, assignment):
         events += await _approve(deps, conn, row, assignment, now, who)
     return None, events
 
@@ -293,7 +294,7 @@ async def _insert_review(conn: AsyncConnection, row: Any, caller: Caller, held: 
         role=role, decision=decision, comment=comment, created_at=now))
 
 
-async def _approve(deps: Deps, conn: AsyncConnection, row: Any, assignment: dict[str, str],
+async def _approve(deps: AppContext, conn: AsyncConnection, row: Any, assignment: dict[str, str],
                    now: datetime, who: dict[str, Any]) -> list[Event]:
     rows = await reviews_of(conn, row.id)
     approvers = [{"id": r.subject, "role": assignment[r.subject], "at": aware(r.created_at)}
@@ -319,7 +320,7 @@ async def _approve(deps: Deps, conn: AsyncConnection, row: Any, assignment: dict
 # --- cancel and expiry --------------------------------------------------------------------
 
 
-async def cancel(deps: Deps, caller: Caller, approval_id: str) -> dict[str, Any]:
+async def cancel(deps: AppContext, caller: Caller, approval_id: str) -> dict[str, Any]:
     """Cancel a pending request (``runtime`` role of the same tenant).
 
     Raises:
@@ -384,7 +385,7 @@ async def expire_due(db: Database, now: datetime, *, limit: int = 500) -> int:
     return count
 
 
-async def expire_if_due(deps: Deps, tenant: str, approval_id: str) -> None:
+async def expire_if_due(deps: AppContext, tenant: str, approval_id: str) -> None:
     """Expire one request now if it is due (used by reads that notice it)."""
     now = deps.clock()
     async with deps.db.transaction() as conn:

@@ -27,7 +27,7 @@ from cosigner.core.errors import CosignerError
 from cosigner.db.database import Database, UniqueViolation
 from cosigner.db.tables import audit_events, audit_heads
 from cosigner.db.tables_audit import audit_checkpoints
-from cosigner.permits.keyring import Keyring
+from cosigner.keys.keyring import Keyring
 
 log = logging.getLogger("cosigner.audit")
 

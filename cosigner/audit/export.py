@@ -39,7 +39,7 @@ from cosigner.core.clock import isoformat
 from cosigner.db.database import Database
 from cosigner.db.tables import audit_events
 from cosigner.db.tables_audit import audit_checkpoints
-from cosigner.permits.keyring import Keyring
+from cosigner.keys.keyring import Keyring
 
 EXPORT_FORMAT = "cosigner-audit-export"
 EXPORT_VERSION = 1

@@ -23,7 +23,7 @@ from cosigner.audit.chain import Event, append
 from cosigner.core.clock import isoformat
 from cosigner.db.database import Database
 from cosigner.db.tables import audit_events
-from cosigner.permits.keyring import Keyring
+from cosigner.keys.keyring import Keyring
 from cosigner.policy.store import PolicySnapshot
 
 SYSTEM_TENANT = "_system"

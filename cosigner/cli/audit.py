@@ -42,7 +42,7 @@ def export_args(p: argparse.ArgumentParser) -> None:
 def export_cmd(args: argparse.Namespace, settings: Settings) -> int:
     from cosigner.audit.export import export
     from cosigner.db.database import Database
-    from cosigner.permits.keyring import Keyring
+    from cosigner.keys.keyring import Keyring
 
     async def run() -> None:
         db = Database(settings.database_url)
@@ -136,7 +136,7 @@ def checkpoint_args(p: argparse.ArgumentParser) -> None:
 def checkpoint_cmd(args: argparse.Namespace, settings: Settings) -> int:
     from cosigner.audit.checkpoints import checkpoint_now
     from cosigner.db.database import Database
-    from cosigner.permits.keyring import Keyring
+    from cosigner.keys.keyring import Keyring
 
     async def run() -> Any:
         db = Database(settings.database_url)

@@ -38,8 +38,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
+    from cosigner.app import create_app
     from cosigner.db.migrate import upgrade_blocking
-    from cosigner.http.app import create_app
 
     if not args.no_migrate:
         upgrade_blocking(settings.database_url)
@@ -109,7 +109,7 @@ def _add_key(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
-    from cosigner.permits.keyring import Keyring
+    from cosigner.keys.keyring import Keyring
 
     keyring = Keyring.load_or_create(settings.key_dir, now=system_clock(),
                                      max_token_lifetime_s=settings.max_permit_ttl_s)

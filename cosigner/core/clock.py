@@ -31,3 +31,13 @@ def isoformat(at: datetime) -> str:
     utc = at if at.tzinfo is UTC else at.astimezone(UTC)
     # Same text as strftime("%Y-%m-%dT%H:%M:%S.%fZ") (years 1000-9999), at a third of the cost.
     return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def numeric_date(moment: datetime) -> int:
+    """Whole seconds since the epoch, floored (RFC 7519 NumericDate). ``moment`` must be aware."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("datetime must be timezone-aware")
+    return (moment - _EPOCH) // timedelta(seconds=1)

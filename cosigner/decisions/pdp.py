@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,9 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import opening as approval_requests
 from cosigner.audit.chain import Event, append
+from cosigner.context import AppContext
 from cosigner.core.canonical import args_hash as compute_args_hash
 from cosigner.core.canonical import canonicalize, hash_bytes
-from cosigner.core.clock import Clock, isoformat
+from cosigner.core.clock import isoformat
 from cosigner.core.errors import CosignerError, IdempotencyConflict
 from cosigner.core.settings import Settings
 from cosigner.db.batch import Item, Write, savepoint_runner
@@ -33,9 +34,8 @@ from cosigner.db.tables import decisions, permits
 from cosigner.db.tables_approvals import call_inputs
 from cosigner.identity.principals import Caller
 from cosigner.permits import ledger as permit_ledger
-from cosigner.permits.keyring import Keyring
 from cosigner.policy.result import PolicyResult, deny
-from cosigner.policy.store import Evaluation, PolicyStore
+from cosigner.policy.store import Evaluation
 from cosigner.runs import contracts
 
 log = logging.getLogger("cosigner.decisions")
@@ -53,26 +53,6 @@ class DecisionRequest:
     args: dict[str, Any]
     context: dict[str, Any]
     raw: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Deps:
-    """Collaborators of the decision use case (built once in ``create_app``).
-
-    ``log_writer`` is the process's group committer for decision writes
-    (:func:`decision_log_writer`); it is started and stopped by the app lifespan.
-    ``contracted_runs``: runs this process has seen a contract for (their decisions read
-    it before policy; any other decision assumes none and its write confirms that).
-    """
-
-    db: Database
-    store: PolicyStore
-    keyring: Keyring
-    clock: Clock
-    settings: Settings
-    log_writer: GroupCommitter[Item] = field(repr=False)
-    contracted_runs: contracts.ContractedRuns = field(
-        default_factory=contracts.ContractedRuns, repr=False)
 
 
 def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item]:
@@ -146,7 +126,7 @@ def _replay(row: Any, request_hash: str) -> dict[str, Any]:
     return dict(row.response)
 
 
-async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, Any]:
+async def decide(deps: AppContext, caller: Caller, req: DecisionRequest) -> dict[str, Any]:
     """Decide one proposed tool call and record it durably.
 
     Args:
@@ -171,7 +151,7 @@ async def decide(deps: Deps, caller: Caller, req: DecisionRequest) -> dict[str, 
         return await _decide(deps, caller, req, read_contract=True)
 
 
-async def _decide(deps: Deps, caller: Caller, req: DecisionRequest, *,
+async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
                   read_contract: bool) -> dict[str, Any]:
     tenant = caller.tenant
     a_hash = compute_args_hash(req.args)
@@ -324,7 +304,7 @@ def _decision_event(caller: Caller, req: DecisionRequest, response: dict[str, An
         mask=tuple("/args" + pointer for pointer in mask))
 
 
-async def record_refusal(deps: Deps, caller: Caller, *, code: str, detail: str,
+async def record_refusal(deps: AppContext, caller: Caller, *, code: str, detail: str,
                          request_id: str | None = None, tool: str | None = None,
                          run_id: str | None = None) -> None:
     """Log a refused request (422/409) like any decision; best effort when storage fails.

@@ -1,4 +1,4 @@
-"""Request-scoped dependencies: services and the authenticated caller."""
+"""Request-scoped dependencies: the app context and the authenticated caller."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import Depends, Request, Response
 
+from cosigner.context import AppContext
 from cosigner.core.errors import Unauthenticated
 from cosigner.identity.principals import Caller
 
@@ -21,9 +22,10 @@ def json_response(body: Any, status_code: int = 200) -> Response:
                     media_type="application/json")
 
 
-def services(request: Request) -> Any:
-    """The :class:`cosigner.http.app.Services` built by ``create_app``."""
-    return request.app.state.services
+def context(request: Request) -> AppContext:
+    """The :class:`AppContext` that ``create_app``'s lifespan built for this app."""
+    ctx: AppContext = request.app.state.context
+    return ctx
 
 
 async def authenticate(request: Request) -> Caller:
@@ -36,7 +38,7 @@ async def authenticate(request: Request) -> Caller:
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthenticated("an API key is required (Authorization: Bearer ...)")
-    caller: Caller = await services(request).authenticator.authenticate(key.strip())
+    caller: Caller = await context(request).authenticator.authenticate(key.strip())
     return caller
 
 

@@ -10,28 +10,27 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import and_, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cosigner.approvals.rules import satisfies
 from cosigner.audit.chain import Event, append
 from cosigner.audit.masking import mask_value
+from cosigner.context import AppContext, Refusal
 from cosigner.core.canonical import args_hash
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import Conflict, Forbidden, InvalidArgs, NotFound, PermitRefused
 from cosigner.core.settings import Settings
 from cosigner.db.batch import Write
+from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
 from cosigner.db.tables import permits as permits_table
 from cosigner.db.tables_approvals import call_inputs, reviews
 from cosigner.identity.principals import Caller
-from cosigner.permits.keyring import Keyring
+from cosigner.keys.keyring import Keyring
 from cosigner.permits.tokens import PermitClaims, check_binding, mint_permit, verify_permit_token
-
-if TYPE_CHECKING:
-    from cosigner.decisions.pdp import Deps
+from cosigner.policy.quorum import satisfies
 
 
 def prepare_permit(
@@ -149,7 +148,7 @@ async def _mark_revoked(conn: AsyncConnection, jti: str, now: datetime) -> bool:
     return bool(result.rowcount == 1)
 
 
-async def revoke(deps: Deps, caller: Caller, jti: str) -> dict[str, Any]:
+async def revoke(deps: AppContext, caller: Caller, jti: str) -> dict[str, Any]:
     """Revoke an unredeemed permit of the caller's tenant (``admin`` or an approver).
 
     Revoking a revoked permit answers its state again (idempotent).
@@ -222,8 +221,7 @@ def _state_refusal(row: Any, now: datetime) -> PermitRefused | None:
     return None
 
 
-async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dict[str, Any],
-                 refusals: GroupCommitter[tuple[str, Event, datetime]] | None = None
+async def redeem(deps: AppContext, caller: Caller, *, token: str, tool: str, args: dict[str, Any]
                  ) -> dict[str, Any]:
     """Redeem a permit for one exact call, right before it runs (single use, invariant 4).
 
@@ -235,7 +233,7 @@ async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dic
     status='issued'`` – of many concurrent redeems exactly one changes a row. Success and
     every refusal are events (``permit.redeemed`` / ``permit.refused`` with the code).
     The state change and its event go through the decision log's group committer
-    (``deps.log_writer``), refusals found before it through ``refusals`` when given: one
+    (``deps.log_writer``), refusals found before it through ``deps.refusals``: one
     COMMIT per batch, and still durable before the answer or the error.
 
     Returns ``{status: "redeemed", jti, decision_id, approval_id, tool, args_hash,
@@ -269,7 +267,7 @@ async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dic
             counted = await _counted_roles(conn, claims.approval_id)
         await _recheck_policy(deps, caller.tenant, claims, stored, args, counted, now)
     except PermitRefused as exc:
-        await _log(deps, refusals, caller.tenant,
+        await _log(deps, caller.tenant,
                    _refusal_event(caller, exc, claims, tool, presented_hash), now)
         raise
     redeemed = claims
@@ -317,14 +315,26 @@ def _refusal_event(caller: Caller, exc: PermitRefused, claims: PermitClaims | No
                  args_hash=presented_hash, payload={"code": exc.code})
 
 
-async def _log(deps: Deps, refusals: GroupCommitter[tuple[str, Event, datetime]] | None,
-               tenant: str, event: Event, now: datetime) -> None:
-    """Append one event durably: batched through ``refusals`` when given."""
-    if refusals is not None:
-        await refusals.submit((tenant, event, now))
-        return
-    async with deps.db.transaction() as conn:
-        await append(conn, tenant, [event], now=now)
+async def _log(deps: AppContext, tenant: str, event: Event, now: datetime) -> None:
+    """Append one refusal event durably, batched through ``deps.refusals``."""
+    await deps.refusals.submit((tenant, event, now))
+
+
+def refusal_writer(db: Database) -> GroupCommitter[Refusal]:
+    """The group committer for refused redeems: each batch of refusal events is appended in
+    one transaction, so a storm of replays or concurrent redeems costs one COMMIT per batch
+    instead of one per refusal, and each refusal is still durable before its response."""
+
+    async def run_batch(items: list[Refusal]) -> list[Any]:
+        # Tenant heads are locked in one global order (sorted, as the decision log writer
+        # does), so this batch and a concurrent decision batch never wait on each other in
+        # a cycle (PostgreSQL would abort one: 503). Per tenant, events keep arrival order.
+        async with db.transaction() as conn:
+            for tenant, event, now in sorted(items, key=lambda item: item[0]):
+                await append(conn, tenant, [event], now=now)
+        return [None] * len(items)
+
+    return GroupCommitter(run_batch)
 
 
 async def _counted_roles(conn: AsyncConnection, approval_id: str | None) -> list[str] | None:
@@ -336,7 +346,7 @@ async def _counted_roles(conn: AsyncConnection, approval_id: str | None) -> list
     return [str(role) for role in found]
 
 
-async def _recheck_policy(deps: Deps, tenant: str, claims: PermitClaims,
+async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
                           stored: tuple[dict[str, Any], list[str]] | None,
                           args: dict[str, Any], counted: list[str] | None,
                           now: datetime) -> None:

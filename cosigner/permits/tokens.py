@@ -1,6 +1,6 @@
 """Permits: signed, single-use tokens that let one exact tool call run.
 
-A permit is a compact JWS (see :mod:`cosigner.permits.keyring`, ``typ``
+A permit is a compact JWS (see :mod:`cosigner.keys.keyring`, ``typ``
 :data:`PERMIT_TYP`) whose claims bind it to one tenant, one tool and one canonical args
 hash (invariant 3). This module mints and verifies the token; redeeming it (single use,
 revocation, policy re-evaluation) is the redeem use case's job.
@@ -16,11 +16,12 @@ import hmac
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, TypedDict
 
+from cosigner.core.clock import numeric_date
 from cosigner.core.errors import PermitRefused
-from cosigner.permits.keyring import Keyring
+from cosigner.keys.keyring import Keyring
 
 __all__ = [
     "PERMIT_TYP",
@@ -29,13 +30,11 @@ __all__ = [
     "PolicyRef",
     "check_binding",
     "mint_permit",
-    "numeric_date",
     "verify_permit_token",
 ]
 
 PERMIT_TYP = "cosigner-permit+jwt"
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class PolicyRef(TypedDict):
@@ -84,13 +83,6 @@ class PermitClaims:
         if self.approval_id is None:
             del claims["approval_id"]
         return claims
-
-
-def numeric_date(moment: datetime) -> int:
-    """Whole seconds since the epoch, floored (RFC 7519 NumericDate). ``moment`` must be aware."""
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError("datetime must be timezone-aware")
-    return (moment - _EPOCH) // timedelta(seconds=1)
 
 
 def mint_permit(

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from cosigner.http.deps import services
+from cosigner.http.deps import context
 from cosigner.identity.principals import Caller
 from cosigner.web import csrf, sessions
 
@@ -17,7 +17,7 @@ class SignInRequired(Exception):
 
 def cookie_secure(request: Request) -> bool:
     """``Secure`` cookies when this request, or the public URL, is https."""
-    public_url: str = services(request).deps.settings.public_url
+    public_url: str = context(request).settings.public_url
     return request.url.scheme == "https" or public_url.startswith("https://")
 
 
@@ -26,7 +26,7 @@ async def current_user(request: Request) -> Caller | None:
     raw = request.cookies.get(sessions.COOKIE)
     if not raw:
         return None
-    deps = services(request).deps
+    deps = context(request)
     caller = await sessions.load(deps.db, raw, now=deps.clock(),
                                  idle_timeout_s=deps.settings.session_idle_timeout_s)
     if caller is not None:

@@ -13,8 +13,8 @@ from typing import Any
 
 from cosigner.approvals import queries as approval_queries
 from cosigner.approvals import reviews as approvals
+from cosigner.context import AppContext
 from cosigner.core.errors import CosignerError, Forbidden, InvalidRequest, NotFound, ReviewRefused
-from cosigner.decisions.pdp import Deps
 from cosigner.identity.principals import Caller
 from cosigner.web import views
 
@@ -68,14 +68,14 @@ def _parse(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-async def inbox_items(deps: Deps, caller: Caller) -> list[dict[str, Any]]:
+async def inbox_items(deps: AppContext, caller: Caller) -> list[dict[str, Any]]:
     """Pending requests ``caller`` may review now, soonest expiry first."""
     states = await approval_queries.list_requests(deps, caller, status="pending")
     now = deps.clock()
     return sorted((_item(s, now) for s in states), key=lambda i: i["expires_at"])
 
 
-async def history_items(deps: Deps, caller: Caller, *, limit: int = 100
+async def history_items(deps: AppContext, caller: Caller, *, limit: int = 100
                         ) -> list[dict[str, Any]]:
     """Decided requests the caller may read, most recently decided first."""
     now = deps.clock()
@@ -87,7 +87,7 @@ async def history_items(deps: Deps, caller: Caller, *, limit: int = 100
     return items[:limit]
 
 
-async def detail(deps: Deps, caller: Caller, approval_id: str) -> dict[str, Any]:
+async def detail(deps: AppContext, caller: Caller, approval_id: str) -> dict[str, Any]:
     """Everything the detail page shows; the arguments as canonical text (masked ``•••``).
 
     Raises:
@@ -122,7 +122,7 @@ def _permit_jti(state: dict[str, Any]) -> str | None:
     return str(permit["jti"]) if isinstance(permit, dict) and "jti" in permit else None
 
 
-async def review(deps: Deps, caller: Caller, approval_id: str, *, decision: str, comment: str,
+async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision: str, comment: str,
                  shown_args_hash: str) -> None:
     """Submit the form through :func:`cosigner.approvals.reviews.review` (every rule lives there).
 

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
 from cosigner.core.errors import CosignerError, Forbidden, NotFound
-from cosigner.http.deps import services
+from cosigner.http.deps import context
 from cosigner.web import pages
 from cosigner.web.auth import UserDep, check_csrf
 from cosigner.web.render import page
@@ -27,14 +27,14 @@ _DONE = {"approved": "You approved this request.", "rejected": "You rejected thi
 @router.get("")
 async def inbox(request: Request, user: UserDep) -> Response:
     """Pending requests this approver may review, soonest expiry first."""
-    items = await pages.inbox_items(services(request).deps, user)
+    items = await pages.inbox_items(context(request), user)
     return page(request, "inbox.html", items=items)
 
 
 @router.get("/history")
 async def history(request: Request, user: UserDep) -> Response:
     """Decided requests of the tenant with who decided what."""
-    items = await pages.history_items(services(request).deps, user)
+    items = await pages.history_items(context(request), user)
     return page(request, "history.html", items=items)
 
 
@@ -43,7 +43,7 @@ async def detail(request: Request, approval_id: str, user: UserDep,
                  done: str | None = None) -> Response:
     """One request: exact arguments (masked paths as •••), hash, reasons, progress, forms."""
     try:
-        view = await pages.detail(services(request).deps, user, approval_id)
+        view = await pages.detail(context(request), user, approval_id)
     except NotFound:
         return page(request, "error.html", status=404, message="No such approval request.")
     except Forbidden:
@@ -64,7 +64,7 @@ async def review(request: Request, approval_id: str, user: UserDep,
     if not check_csrf(request, csrf_token):
         return page(request, "error.html", status=403,
                     message="This form is not valid for your session. Nothing was changed.")
-    deps = services(request).deps
+    deps = context(request)
     try:
         await pages.review(deps, user, approval_id, decision=decision, comment=comment,
                            shown_args_hash=args_hash)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
 from cosigner.core.errors import Unauthenticated
-from cosigner.http.deps import services
+from cosigner.http.deps import context
 from cosigner.identity import accounts
 from cosigner.web import csrf, sessions
 from cosigner.web.auth import check_csrf, cookie_secure, current_user
@@ -58,13 +58,13 @@ async def login(request: Request, tenant: Annotated[str, Form(max_length=128)] =
     if not csrf.is_valid(request.cookies.get(sessions.PRE_COOKIE), csrf_token):
         return _login_form(request, tenant=tenant, name=name, next_=next_, status=403,
                            message="The form expired. Please sign in again.")
-    deps = services(request).deps
+    deps = context(request)
     address = request.client.host if request.client else "unknown"
     try:
         caller = await accounts.authenticate_password(
             deps.db, tenant=tenant.strip(), name=name.strip(), password=password,
             address=address, clock=deps.clock,
-            limits=services(request).extras.get("signin_limits"))
+            limits=None)
     except Unauthenticated as exc:
         text = ("Too many failed sign-ins. Try again in a few minutes."
                 if exc.code == "signin_throttled" else "Wrong name or password.")
@@ -91,7 +91,7 @@ async def logout(request: Request,
                     message="This form is not valid for your session.")
     raw = request.cookies.get(sessions.COOKIE)
     if raw:
-        await sessions.end(services(request).deps.db, raw)
+        await sessions.end(context(request).db, raw)
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(sessions.COOKIE, path="/ui")
     return response

@@ -18,12 +18,11 @@ from typing import Any
 import httpx
 from sqlalchemy import or_, select, update
 
-from cosigner.core.clock import Clock
+from cosigner.core.clock import Clock, numeric_date
 from cosigner.core.errors import CosignerError
 from cosigner.core.settings import Settings
 from cosigner.db.database import Database
 from cosigner.db.tables_web import webhook_attempts, webhook_deliveries
-from cosigner.permits.tokens import numeric_date
 from cosigner.webhooks import signing
 from cosigner.webhooks.outbox import targets
 

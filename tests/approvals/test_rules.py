@@ -21,6 +21,7 @@ from cosigner.core.errors import ApprovalStateError, NotFound, ReviewRefused
 from cosigner.db.tables import audit_events, permits
 from cosigner.db.tables_approvals import approvals as approvals_table
 from cosigner.identity.principals import Caller
+from cosigner.policy import quorum
 from cosigner.policy.result import ApprovalRequirement, RoleGroup
 from tests.conftest import Harness
 from tests.http.approval_helpers import decide, needs, scripted, write_scripted_bundle
@@ -104,22 +105,22 @@ def test_distinct_from_previous_does_not_exclude_the_initiator() -> None:
 def test_matching_counts_each_person_once_and_reassigns_when_needed() -> None:
     groups = requirement(("finance", 1), ("security", 1)).require
     both = frozenset({"finance", "security"})
-    assert review_rules.match([("alice", both)], groups) == {"alice": "finance"}
-    assert review_rules.match([("alice", both), ("bob", frozenset({"finance"}))], groups) == {
+    assert quorum.match([("alice", both)], groups) == {"alice": "finance"}
+    assert quorum.match([("alice", both), ("bob", frozenset({"finance"}))], groups) == {
         "alice": "security", "bob": "finance"}
-    full = review_rules.match([("a", frozenset({"finance"})), ("b", frozenset({"finance"}))],
+    full = quorum.match([("a", frozenset({"finance"})), ("b", frozenset({"finance"}))],
                               groups)
     assert full == {"a": "finance"}
-    assert not review_rules.is_met(groups, full)
-    assert review_rules.progress(groups, full) == [
+    assert not quorum.is_met(groups, full)
+    assert quorum.progress(groups, full) == [
         {"role": "finance", "count": 1, "approved": 1},
         {"role": "security", "count": 1, "approved": 0}]
 
 
 def test_satisfies_for_redeem_recheck() -> None:
-    assert review_rules.satisfies(requirement(("finance", 1)), ["finance"])
-    assert not review_rules.satisfies(requirement(("finance", 2)), ["finance"])
-    assert not review_rules.satisfies(requirement(("finance", 1), ("security", 1)),
+    assert quorum.satisfies(requirement(("finance", 1)), ["finance"])
+    assert not quorum.satisfies(requirement(("finance", 2)), ["finance"])
+    assert not quorum.satisfies(requirement(("finance", 1), ("security", 1)),
                                       ["finance"])
 
 
@@ -153,7 +154,7 @@ async def test_expire_due_sweeps_at_the_instant_and_logs(
     runtime = await h.headers(tenant, "runtime")
     decision = await decide(h, runtime, scripted(needs(("finance", 1), timeout_ms=5_000)))
     approval_id = decision["approval"]["id"]
-    deps = h.services.deps
+    deps = h.context
 
     async def stored_status() -> str:
         async with deps.db.read() as conn:
@@ -182,7 +183,7 @@ async def test_review_is_the_one_entry_point_for_every_rule(
         frozen: tuple[Harness, FrozenClock], tenant: str) -> None:
     h, _ = frozen
     runtime = await h.headers(tenant, "runtime", subject="rt")
-    deps = h.services.deps
+    deps = h.context
     approval_id = (await decide(h, runtime, scripted(needs(("finance", 1)))))["approval"]["id"]
     with pytest.raises(ReviewRefused) as err:
         await approvals.review(deps, person(tenant, "rt", "finance", "admin"), approval_id,
@@ -201,7 +202,7 @@ async def test_concurrent_reviews_completing_a_quorum_mint_one_permit(
         frozen: tuple[Harness, FrozenClock], tenant: str, reviewers: int) -> None:
     h, _ = frozen
     runtime = await h.headers(tenant, "runtime")
-    deps = h.services.deps
+    deps = h.context
     approval_id = (await decide(h, runtime, scripted(needs(("finance", 2)))))["approval"]["id"]
     people = [person(tenant, f"p{i}", "finance") for i in range(reviewers)]
     outcomes = await asyncio.gather(*(

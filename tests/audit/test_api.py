@@ -143,7 +143,7 @@ async def test_checkpoints_are_listed_and_verify_against_the_jwks(harness: Harne
     rest = (await harness.client.get("/v1/audit/checkpoints", headers=auditor, params={
         "cursor": listed["next_cursor"]})).json()
     assert rest["checkpoints"] == [second] and rest["next_cursor"] is None
-    claims = harness.services.deps.keyring.verify(second["token"],
+    claims = harness.context.keyring.verify(second["token"],
                                                   typ="cosigner-checkpoint+jwt")
     assert claims == {"tenant": tenant, "seq": second["seq"], "hash": second["hash"],
                       "time": second["time"]}

@@ -24,7 +24,7 @@ T0 = datetime(2030, 1, 1, tzinfo=UTC)
 async def test_checkpoint_every_n_events(harness_factory: Any, tenant: str) -> None:
     h: Harness = await harness_factory(checkpoint_every_events=4, checkpoint_every_s=3600)
     runtime = await h.headers(tenant, "runtime")  # 1 event
-    checkpointer = h.services.extras["audit"].checkpointer
+    checkpointer = h.tasks.checkpointer
     await decide(h, runtime, 250000)  # deny: 1 event (2 so far)
     assert tenant not in [c.tenant for c in await checkpointer.run_once()]
     await decide(h, runtime, 5000)  # allow: decision + permit (4 so far)
@@ -38,7 +38,7 @@ async def test_checkpoint_after_t_seconds(harness_factory: Any, tenant: str) -> 
                                        checkpoint_every_s=60)
     runtime = await h.headers(tenant, "runtime")
     await decide(h, runtime, 250000)
-    checkpointer = h.services.extras["audit"].checkpointer
+    checkpointer = h.tasks.checkpointer
     clock.advance(seconds=59)
     assert tenant not in [c.tenant for c in await checkpointer.run_once()]
     clock.advance(seconds=1)
@@ -85,7 +85,7 @@ async def test_startup_records_policy_and_key_events(harness: Harness) -> None:
     async with harness.db.read() as conn:
         rows = (await conn.execute(select(audit_events.c.type, audit_events.c.body).where(
             audit_events.c.tenant == SYSTEM_TENANT))).all()
-    kid = harness.services.deps.keyring.current_kid
+    kid = harness.context.keyring.current_kid
     kinds = {r.type for r in rows}
     assert {"key.created", "policy.loaded", "policy.activated"} <= kinds
     assert any(json.loads(r.body)["payload"].get("kid") == kid for r in rows
@@ -98,7 +98,7 @@ def test_cli_export_then_verify_offline(tmp_path: Path, monkeypatch: Any, tenant
     copy exits 1 naming the fault."""
     import asyncio
 
-    from cosigner.http.app import create_app
+    from cosigner.app import create_app
 
     settings = settings_factory()
     monkeypatch.setenv("COSIGNER_DATABASE_URL", settings.database_url)

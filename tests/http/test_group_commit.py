@@ -35,7 +35,7 @@ async def test_concurrent_decisions_share_commits_and_all_are_logged(harness: Ha
                                    .order_by(audit_events.c.seq))).all()
     assert set(made) == ids and len(made) == 60
     assert verify_bodies([(r.body, r.hash) for r in rows]) == (None, None)
-    stats = harness.services.deps.log_writer.stats
+    stats = harness.context.log_writer.stats
     assert stats.batches < stats.items  # decisions really shared transactions
 
 
@@ -56,7 +56,7 @@ async def test_concurrent_retries_of_one_request_get_one_decision(harness: Harne
 async def test_k22_failed_batch_answers_503_and_records_nothing(harness: Harness,
                                                                 tenant: str) -> None:
     headers = await harness.headers(tenant, "runtime")
-    writer = harness.services.deps.log_writer
+    writer = harness.context.log_writer
     original = writer._run_batch
 
     async def broken(items: list[Any]) -> list[Any]:
@@ -111,7 +111,7 @@ async def test_work_items_share_the_batch_and_a_refused_one_fails_alone(
                                                  "request_id": "written-then-refused"})
         raise Conflict("refused after writing", code="test_refusal")
 
-    writer = harness.services.deps.log_writer
+    writer = harness.context.log_writer
     outcomes = await asyncio.gather(
         writer.submit(noting("a")), writer.submit(duplicate),
         writer.submit(noting("b")), writer.submit(write_then_refuse),

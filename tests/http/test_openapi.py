@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from cosigner.http.app import create_app
+from cosigner.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,7 +27,7 @@ async def test_concurrent_activations_never_mix_versions(harness_factory: Any, t
     _version(root, "1")
     _version(root, "2")
     h = await harness_factory(bundle_dirs=[root])
-    store = h.services.deps.store
+    store = h.context.store
     headers = await h.headers(tenant, "runtime")
     stop = asyncio.Event()
 

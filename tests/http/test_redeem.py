@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from cosigner.core.clock import FrozenClock
 from cosigner.db.tables import audit_events
-from cosigner.permits.keyring import Keyring
+from cosigner.keys.keyring import Keyring
 from cosigner.permits.tokens import PERMIT_TYP
 from tests.conftest import Harness, decision_request
 from tests.http.approval_helpers import (
@@ -142,7 +142,7 @@ async def test_allow_permit_redeems_and_policy_change_refuses(
                          {"path": "/1"})).status_code == 200
     # The operator tightens the policy: every call now needs approval.
     write_scripted_bundle(root, rules='return {"effect": "deny", "reasons": ["frozen"]}')
-    h.services.deps.store.reload()
+    h.context.store.reload()
     assert await refusal(await redeem(h, runtime, stale["permit"]["token"], "delete_file",
                                       {"path": "/2"})) == (409, "policy_changed")
 
@@ -165,7 +165,7 @@ async def test_approved_permit_survives_an_unchanged_requirement_only(
     write_scripted_bundle(root, rules=(
         'return {"effect": "require_approval", "approval": {"require": '
         '[{"role": "finance", "count": 1}, {"role": "security", "count": 1}]}}'))
-    h.services.deps.store.reload()
+    h.context.store.reload()
     assert await refusal(await redeem(h, runtime, tokens[1], "delete_file",
                                       {"path": "/2"})) == (409, "policy_changed")
 
@@ -221,7 +221,7 @@ async def test_k10_k17_forged_permits_are_refused(harness: Harness, tenant: str)
     head_seg, body_seg, _ = token.split(".")
     header = json.loads(unb64(head_seg))
     claims = json.loads(unb64(body_seg))
-    keyring: Keyring = harness.services.deps.keyring
+    keyring: Keyring = harness.context.keyring
     public_x = unb64(keyring.jwks(now=datetime.now(UTC))["keys"][0]["x"])
 
     other = Keyring.ephemeral(now=datetime.now(UTC))

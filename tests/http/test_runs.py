@@ -138,7 +138,7 @@ async def test_contract_registered_on_another_replica_is_enforced(harness: Harne
     assert first["effect"] == "require_approval"  # no contract yet: nothing restricts
     await harness.client.post("/v1/runs", headers=headers, json=contract(
         "run-x", tool_limits={"issue_refund": 1}))
-    deps = harness.services.deps
+    deps = harness.context
 
     def forget() -> None:  # what a replica that did not register it knows
         object.__setattr__(deps, "contracted_runs", contracts.ContractedRuns())

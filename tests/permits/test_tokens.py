@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from cosigner.core.clock import numeric_date
 from cosigner.core.errors import PermitRefused
-from cosigner.permits.keyring import Keyring
+from cosigner.keys.keyring import Keyring
 from cosigner.permits.tokens import (
     PERMIT_TYP,
     PermitClaims,
     check_binding,
     mint_permit,
-    numeric_date,
     verify_permit_token,
 )
 

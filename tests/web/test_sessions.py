@@ -137,7 +137,7 @@ async def test_disable_ends_sessions_and_revokes_api_keys(harness: Any, tenant: 
     async with _client(harness) as client:
         await sign_in(client, tenant, "alice")
         ended = await accounts.disable_principal(harness.db, tenant=tenant, name="alice",
-                                                 clock=harness.services.deps.clock)
+                                                 clock=harness.context.clock)
         assert ended == {"sessions": 1, "api_keys": 1}
         assert (await client.get("/ui")).status_code == 303
         again = await sign_in(client, tenant, "alice")

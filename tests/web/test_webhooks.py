@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from cosigner.core.clock import numeric_date
 from cosigner.db.tables_web import webhook_attempts, webhook_deliveries
-from cosigner.permits.tokens import numeric_date
 from cosigner.webhooks import signing
 from cosigner.webhooks.worker import MAX_ATTEMPTS, backoff_s
 from tests.conftest import ROOT
@@ -59,7 +59,7 @@ async def _app(harness_factory: Any, tenant: str, url: str, tmp_path: Path) -> A
     h = await harness_factory(
         webhooks={tenant: [{"url": url, "secret": SECRET}]},
         bundle_dirs=[ROOT / "policies", review_bundle(tmp_path, tenant)])
-    await h.services.extras["webhook_worker"].stop_loop()  # the test drives run_once
+    await h.tasks.webhook_worker.stop_loop()  # the test drives run_once
     return h
 
 
@@ -74,7 +74,7 @@ async def _make_due(h: Any, tenant: str) -> None:
     async with h.db.transaction() as conn:
         await conn.execute(webhook_deliveries.update()
                            .where(webhook_deliveries.c.tenant == tenant)
-                           .values(next_attempt_at=h.services.deps.clock(),
+                           .values(next_attempt_at=h.context.clock(),
                                    claimed_until=None))
 
 
@@ -96,7 +96,7 @@ async def test_pending_and_decided_are_signed_with_masked_args(
     decision = (await h.client.post("/v1/decisions", headers=runtime, json=message_request(
         card_number="4111111111111111"))).json()
     approval_id = decision["approval"]["id"]
-    worker = h.services.extras["webhook_worker"]
+    worker = h.tasks.webhook_worker
     await worker.run_once()
     fiona = await h.headers(tenant, "finance", subject="fiona")
     reviewed = await h.client.post(f"/v1/approvals/{approval_id}/reviews", headers=fiona,
@@ -107,9 +107,9 @@ async def test_pending_and_decided_are_signed_with_masked_args(
     assert [b["type"] for b in bodies] == ["approval.pending", "approval.decided"]
     for headers, raw in receiver.calls:
         assert signing.verify(SECRET, raw, headers["cosigner-signature"],
-                              now=numeric_date(h.services.deps.clock()))
+                              now=numeric_date(h.context.clock()))
         assert not signing.verify("another-secret-value", raw, headers["cosigner-signature"],
-                                  now=numeric_date(h.services.deps.clock()))
+                                  now=numeric_date(h.context.clock()))
         assert b"4111111111111111" not in raw
     first = bodies[0]
     assert first["approval"]["id"] == approval_id and first["approval"]["tool"] == "send_message"
@@ -126,7 +126,7 @@ async def test_failing_receiver_is_retried_with_backoff_and_never_blocks(
     runtime = await h.headers(tenant, "runtime", subject="agent-runtime")
     decision = await h.client.post("/v1/decisions", headers=runtime, json=message_request())
     assert decision.status_code == 200  # queued, not sent: the decision never waits on it
-    worker = h.services.extras["webhook_worker"]
+    worker = h.tasks.webhook_worker
     await worker.run_once()
     [row] = await _deliveries(h, tenant)
     assert row.status == "pending" and row.attempts == 1
@@ -147,7 +147,7 @@ async def test_unreachable_receiver_gives_up_after_max_attempts(
     h = await _app(harness_factory, tenant, "http://127.0.0.1:9/hook", tmp_path)
     runtime = await h.headers(tenant, "runtime", subject="agent-runtime")
     await h.client.post("/v1/decisions", headers=runtime, json=message_request())
-    worker = h.services.extras["webhook_worker"]
+    worker = h.tasks.webhook_worker
     for _ in range(MAX_ATTEMPTS):
         await _make_due(h, tenant)
         await worker.run_once()

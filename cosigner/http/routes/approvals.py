@@ -10,7 +10,7 @@ from cosigner.approvals import opening as approval_requests
 from cosigner.approvals import queries as approval_queries
 from cosigner.approvals import reviews as approvals
 from cosigner.http.body import openapi_body, strict_body
-from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, services
+from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
 from cosigner.http.models.approvals import (
     ID_PATTERN,
     ApprovalListV1,
@@ -36,9 +36,9 @@ async def post_approval(request: Request, caller: CallerDep) -> dict[str, Any]:
     Asking again returns the same request. 404 unknown decision; 409 ``already_redeemed``;
     422 ``not_an_allow_decision`` or ``no_review_requirement``.
     """
-    svc = services(request)
-    body, _ = await strict_body(request, ReviewAskV1, svc.deps.settings.max_body_bytes)
-    return await approval_requests.request_review(svc.deps, caller, decision_id=body.decision_id,
+    ctx = context(request)
+    body, _ = await strict_body(request, ReviewAskV1, ctx.settings.max_body_bytes)
+    return await approval_requests.request_review(ctx, caller, decision_id=body.decision_id,
                                           reason=body.reason)
 
 
@@ -48,7 +48,7 @@ async def list_approvals(request: Request, caller: CallerDep,
                          limit: int = Query(100, ge=1, le=500)) -> dict[str, Any]:
     """Approval requests of the caller's tenant. For an approver with ``status=pending``:
     exactly those they may review now (their role, not their own, not yet reviewed)."""
-    items = await approval_queries.list_requests(services(request).deps, caller,
+    items = await approval_queries.list_requests(context(request), caller,
                                                  status=status, limit=limit)
     return {"items": items}
 
@@ -61,7 +61,7 @@ async def get_approval(request: Request, caller: CallerDep, approval_id: str = _
     """An approval request's state; with ``wait`` answer as soon as it leaves ``pending``
     (or after ``wait`` s with ``retry_after``). The permit is included once approved, for
     runtime callers. 404 unknown here (other tenants' ids included)."""
-    return await approval_queries.get_state(services(request).deps, caller, approval_id,
+    return await approval_queries.get_state(context(request), caller, approval_id,
                                             wait_s=wait)
 
 
@@ -75,9 +75,9 @@ async def post_review(request: Request, caller: CallerDep,
     ``role_already_met``, ``approval_expired`` (at or after ``expires_at``),
     ``approval_not_pending``; 422 ``comment_required``, unknown fields.
     """
-    svc = services(request)
-    body, _ = await strict_body(request, ReviewRequestV1, svc.deps.settings.max_body_bytes)
-    return await approvals.review(svc.deps, caller, approval_id, decision=body.decision,
+    ctx = context(request)
+    body, _ = await strict_body(request, ReviewRequestV1, ctx.settings.max_body_bytes)
+    return await approvals.review(ctx, caller, approval_id, decision=body.decision,
                                   comment=body.comment)
 
 
@@ -86,4 +86,4 @@ async def post_review(request: Request, caller: CallerDep,
 async def post_cancel(request: Request, caller: CallerDep,
                       approval_id: str = _ID) -> dict[str, Any]:
     """Cancel a pending request (runtime role of its tenant). 409 when not pending."""
-    return await approvals.cancel(services(request).deps, caller, approval_id)
+    return await approvals.cancel(context(request), caller, approval_id)

@@ -20,7 +20,7 @@ from cosigner.audit.query import (
     query_checkpoints,
     query_events,
 )
-from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, services
+from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
 from cosigner.http.models.audit import (
     AuditEventPageV1,
     CheckpointPageV1,
@@ -52,7 +52,7 @@ async def list_events(
                         run_id=run_id, principal=principal, decision_id=decision_id,
                         approval_id=approval_id, policy_id=policy_id,
                         policy_version=policy_version)
-    async with services(request).deps.db.read(bulk=True) as conn:
+    async with context(request).db.read(bulk=True) as conn:
         events, next_cursor = await query_events(conn, tenant=caller.tenant, where=where,
                                                  cursor=cursor, limit=limit)
     return {"events": events, "next_cursor": next_cursor}
@@ -64,7 +64,7 @@ async def list_checkpoints(request: Request, caller: CallerDep, cursor: str | No
     """Signed checkpoints of the caller's tenant, oldest first (auditor role)."""
     caller.require("auditor")
     after = decode_cursor(cursor) if cursor else 0
-    async with services(request).deps.db.read(bulk=True) as conn:
+    async with context(request).db.read(bulk=True) as conn:
         found = await query_checkpoints(conn, tenant=caller.tenant, after_seq=after,
                                         limit=limit + 1)
     page = found[:limit]
@@ -79,7 +79,7 @@ async def create_checkpoint(request: Request, caller: CallerDep) -> dict[str, An
     Signing changes no event: it only fixes what the log holds at this moment.
     """
     caller.require("auditor")
-    deps = services(request).deps
+    deps = context(request)
     checkpoint = await checkpoint_now(deps.db, deps.keyring, tenant=caller.tenant,
                                       now=deps.clock())
     return {"checkpoint": checkpoint.as_dict() if checkpoint else None}
@@ -97,7 +97,7 @@ async def export_log(request: Request, caller: CallerDep,
     (``cosigner audit verify``); without ``until`` the current head is signed first.
     """
     caller.require("auditor")
-    deps = services(request).deps
+    deps = context(request)
     chunks = await audit_export.export(deps.db, deps.keyring, tenant=caller.tenant,
                                        fmt=format, since=since, until=until, now=deps.clock())
     media = "application/x-ndjson" if format == "jsonl" else "text/csv"

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request, Response
 from cosigner.core.errors import InvalidRequest
 from cosigner.decisions import pdp as decisions
 from cosigner.http.body import openapi_body, strict_body
-from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, json_response, services
+from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context, json_response
 from cosigner.http.models.decisions import DecisionRequestV1, DecisionV1
 
 router = APIRouter(prefix="/v1", tags=["decisions"])
@@ -24,21 +24,21 @@ async def post_decision(request: Request, caller: CallerDep) -> Response:
     503 the decision could not be recorded (treat as deny).
     """
     caller.require("runtime")
-    svc = services(request)
+    ctx = context(request)
     try:
         model, data = await strict_body(request, DecisionRequestV1,
-                                        svc.deps.settings.max_body_bytes)
+                                        ctx.settings.max_body_bytes)
     except InvalidRequest as exc:
-        await decisions.record_refusal(svc.deps, caller, code=exc.code, detail=exc.detail)
+        await decisions.record_refusal(ctx, caller, code=exc.code, detail=exc.detail)
         raise
     req = decisions.DecisionRequest(
         request_id=model.request_id, run=data["run"], principal=data["principal"],
         initiator=data["initiator"], tool=data["tool"], args=data["args"],
         context=data.get("context", {}), raw=data)
     try:
-        return json_response(await decisions.decide(svc.deps, caller, req))
+        return json_response(await decisions.decide(ctx, caller, req))
     except InvalidRequest as exc:
-        await decisions.record_refusal(svc.deps, caller, code=exc.code, detail=exc.detail,
+        await decisions.record_refusal(ctx, caller, code=exc.code, detail=exc.detail,
                                        request_id=req.request_id, tool=req.tool["name"],
                                        run_id=req.run["id"])
         raise

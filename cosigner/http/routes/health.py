@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from cosigner.http.deps import services
+from cosigner.http.deps import context
 from cosigner.http.models.decisions import HealthV1
 
 router = APIRouter(tags=["health"])
@@ -22,8 +22,8 @@ async def healthz() -> dict[str, Any]:
 @router.get("/readyz", response_model=HealthV1, responses={503: {"model": HealthV1}})
 async def readyz(request: Request) -> Any:
     """Ready when the database answers and at least one policy bundle is active (K01)."""
-    svc = services(request)
-    checks = {"database": await svc.deps.db.ping(), "policies": svc.deps.store.ready}
+    ctx = context(request)
+    checks = {"database": await ctx.db.ping(), "policies": ctx.store.ready}
     ready = all(checks.values())
     body = {"status": "ready" if ready else "not_ready", "checks": checks}
     return JSONResponse(body, status_code=200 if ready else 503)
@@ -32,6 +32,6 @@ async def readyz(request: Request) -> Any:
 @router.get("/.well-known/jwks.json")
 async def jwks(request: Request) -> dict[str, Any]:
     """Public Ed25519 keys (RFC 7517) that verify permits and audit checkpoints."""
-    svc = services(request)
-    keys: dict[str, Any] = svc.deps.keyring.jwks(now=svc.deps.clock())
+    ctx = context(request)
+    keys: dict[str, Any] = ctx.keyring.jwks(now=ctx.clock())
     return keys

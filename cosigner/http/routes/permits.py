@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Path, Request, Response
 
 from cosigner.http.body import openapi_body, strict_body
-from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, json_response, services
+from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context, json_response
 from cosigner.http.models.approvals import (
     ID_PATTERN,
     PermitRevocationV1,
@@ -30,13 +30,11 @@ async def post_redeem(request: Request, caller: CallerDep) -> Response:
     ``already_redeemed``, ``revoked``, ``expired``, ``not_yet_valid``, ``policy_changed``;
     422 unhashable args or unknown fields.
     """
-    svc = services(request)
+    ctx = context(request)
     caller.require("runtime")
-    _, data = await strict_body(request, RedeemRequestV1, svc.deps.settings.max_body_bytes)
-    runtime = svc.extras.get("approvals")
+    _, data = await strict_body(request, RedeemRequestV1, ctx.settings.max_body_bytes)
     return json_response(await permit_ledger.redeem(
-        svc.deps, caller, token=data["permit"], tool=data["tool"], args=data["args"],
-        refusals=runtime.refusals if runtime else None))
+        ctx, caller, token=data["permit"], tool=data["tool"], args=data["args"]))
 
 
 @router.post("/permits/{jti}/revoke", response_model=PermitRevocationV1,
@@ -45,4 +43,4 @@ async def post_revoke(request: Request, caller: CallerDep, jti: str = Path(
         min_length=1, max_length=64, pattern=ID_PATTERN)) -> dict[str, Any]:
     """Revoke an unredeemed permit (admin, or an approver of the tenant).
     404 unknown here; 409 ``already_redeemed``."""
-    return await permit_ledger.revoke(services(request).deps, caller, jti)
+    return await permit_ledger.revoke(context(request), caller, jti)

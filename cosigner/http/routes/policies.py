@@ -9,7 +9,7 @@ from pydantic import Field
 
 from cosigner.decisions.pdp import actor_of
 from cosigner.http.body import openapi_body, strict_body
-from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, services
+from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
 from cosigner.http.models.decisions import Wire
 from cosigner.policy import admin
 
@@ -25,7 +25,7 @@ class ShadowV1(Wire):
 
 
 def _context(request: Request, caller: Any) -> dict[str, Any]:
-    deps = services(request).deps
+    deps = context(request)
     return {
         "store": deps.store,
         "db": deps.db,
@@ -40,7 +40,7 @@ async def list_policies(request: Request, caller: CallerDep) -> dict[str, Any]:
     """Loaded bundles: versions, revisions, engine, active and shadow version, and the
     load errors of the last reload (admin)."""
     caller.require("admin")
-    return admin.describe_policies(services(request).deps.store.snapshot)
+    return admin.describe_policies(context(request).store.snapshot)
 
 
 @router.post("/reload", responses=PROBLEM_RESPONSES)
@@ -58,7 +58,7 @@ async def activate(bundle_id: str, request: Request, caller: CallerDep) -> dict[
     """Make a loaded version the active one: promote a shadow or roll back (admin).
     404 unknown bundle; 422 ``unknown_policy_version``."""
     caller.require("admin")
-    body, _ = await strict_body(request, ActivateV1, services(request).deps.settings.max_body_bytes)
+    body, _ = await strict_body(request, ActivateV1, context(request).settings.max_body_bytes)
     return await admin.activate_version(
         **_context(request, caller), bundle_id=bundle_id, version=body.version
     )
@@ -71,7 +71,7 @@ async def set_shadow(bundle_id: str, request: Request, caller: CallerDep) -> dic
     """Evaluate a loaded version beside the active one on every decision, never acted on
     (``{"version": null}`` stops it) (admin)."""
     caller.require("admin")
-    body, _ = await strict_body(request, ShadowV1, services(request).deps.settings.max_body_bytes)
+    body, _ = await strict_body(request, ShadowV1, context(request).settings.max_body_bytes)
     return await admin.shadow_version(
         **_context(request, caller), bundle_id=bundle_id, version=body.version
     )
@@ -83,5 +83,5 @@ async def shadow_report(bundle_id: str, request: Request, caller: CallerDep) -> 
     counts by tool and by ``active -> shadow`` effect, with example decision ids (admin)."""
     caller.require("admin")
     return await admin.shadow_report(
-        db=services(request).deps.db, tenant=caller.tenant, bundle_id=bundle_id
+        db=context(request).db, tenant=caller.tenant, bundle_id=bundle_id
     )

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
 from cosigner.http.body import openapi_body, strict_body
-from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, services
+from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
 from cosigner.http.models.runs import (
     OutcomeReportV1,
     OutcomeV1,
@@ -35,10 +35,10 @@ async def post_run(request: Request, caller: CallerDep) -> Any:
     422 for an invalid contract.
     """
     caller.require("runtime")
-    svc = services(request)
-    _, data = await strict_body(request, RunContractV1, svc.deps.settings.max_body_bytes)
+    ctx = context(request)
+    _, data = await strict_body(request, RunContractV1, ctx.settings.max_body_bytes)
     run, created = await contracts.register_contract(
-        svc.deps.db, caller, data, now=svc.deps.clock(), known=svc.deps.contracted_runs)
+        ctx.db, caller, data, now=ctx.clock(), known=ctx.contracted_runs)
     return JSONResponse(run, status_code=201 if created else 200)
 
 
@@ -47,7 +47,7 @@ async def get_run(request: Request, caller: CallerDep,
                   run_id: str = _RUN_ID) -> dict[str, Any]:
     """A run's contract and live counters (runtime or auditor; 404 if none here)."""
     caller.require("runtime", "auditor")
-    return await contracts.get_run(services(request).deps.db, caller, run_id)
+    return await contracts.get_run(context(request).db, caller, run_id)
 
 
 @router.post("/decisions/{decision_id}/outcome", response_model=OutcomeV1,
@@ -60,11 +60,11 @@ async def post_outcome(request: Request, caller: CallerDep,
     404 unknown decision; 409 ``outcome_conflict`` when a different report exists.
     """
     caller.require("runtime")
-    svc = services(request)
-    model, _ = await strict_body(request, OutcomeReportV1, svc.deps.settings.max_body_bytes)
+    ctx = context(request)
+    model, _ = await strict_body(request, OutcomeReportV1, ctx.settings.max_body_bytes)
     return await outcomes.report_outcome(
-        svc.deps.db, caller, decision_id=decision_id, outcome=model.outcome,
-        side_effect=model.side_effect, cost_minor=model.cost_minor, now=svc.deps.clock())
+        ctx.db, caller, decision_id=decision_id, outcome=model.outcome,
+        side_effect=model.side_effect, cost_minor=model.cost_minor, now=ctx.clock())
 
 
 @router.get("/permits/{jti}", response_model=PermitStateV1, responses=PROBLEM_RESPONSES)
@@ -76,6 +76,6 @@ async def get_permit(request: Request, caller: CallerDep,
     (and was its own) before retrying; see ``cosigner.permits.status``.
     """
     caller.require("runtime", "auditor")
-    svc = services(request)
-    return await permit_status.permit_status(svc.deps.db, caller, jti, now=svc.deps.clock())
+    ctx = context(request)
+    return await permit_status.permit_status(ctx.db, caller, jti, now=ctx.clock())
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, services
+from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
 from cosigner.http.models.decisions import PolicyRefV1
 from cosigner.policy.catalogue import describe_tools
 
@@ -34,4 +34,4 @@ async def get_tools(request: Request, caller: CallerDep) -> dict[str, Any]:
     denied for its arguments.
     """
     caller.require("runtime")
-    return describe_tools(services(request).deps.store.snapshot.bundle_for(caller.tenant))
+    return describe_tools(context(request).store.snapshot.bundle_for(caller.tenant))

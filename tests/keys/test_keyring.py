@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from cosigner.core.errors import PermitRefused
-from cosigner.permits.keyring import Keyring, KeyringError
+from cosigner.keys.keyring import Keyring, KeyringError
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 LIFETIME_S = 600

@@ -11,18 +11,16 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI
 
 from cosigner import web
-from cosigner.approvals.sweeper import ApprovalRuntime
-from cosigner.audit.runtime import AuditRuntime
+from cosigner.context import AppContext
 from cosigner.core.clock import Clock, system_clock
 from cosigner.core.settings import Settings, get_settings
 from cosigner.db.database import Database
-from cosigner.decisions.pdp import Deps, decision_log_writer
+from cosigner.decisions.pdp import decision_log_writer
 from cosigner.http import problems
 from cosigner.http.models.decisions import ProblemV1
 from cosigner.http.routes import approvals as approvals_routes
@@ -34,24 +32,17 @@ from cosigner.http.routes import policies as policies_routes
 from cosigner.http.routes import runs as runs_routes
 from cosigner.http.routes import tools as tools_routes
 from cosigner.identity.principals import KeyAuthenticator
-from cosigner.permits.keyring import Keyring
+from cosigner.keys.keyring import Keyring
+from cosigner.permits.ledger import refusal_writer
 from cosigner.policy.cases import check_bundle
 from cosigner.policy.store import PolicyStore, engine_factory
+from cosigner.tasks import Tasks
 
 log = logging.getLogger("cosigner")
 
 
-@dataclass
-class Services:
-    """Everything routes need, built once per app."""
-
-    deps: Deps
-    authenticator: KeyAuthenticator
-    extras: dict[str, Any] = field(default_factory=dict)
-
-
-async def build_services(settings: Settings, clock: Clock) -> Services:
-    """Open the database, load the keyring and the policy bundles."""
+async def build_context(settings: Settings, clock: Clock) -> AppContext:
+    """Open the database, load the keyring and the policy bundles: the app's one context."""
     db = Database(settings.database_url, busy_timeout_ms=settings.db_busy_timeout_ms)
     keyring = Keyring.load_or_create(settings.key_dir, now=clock(),
                                      max_token_lifetime_s=settings.max_permit_ttl_s)
@@ -60,38 +51,34 @@ async def build_services(settings: Settings, clock: Clock) -> Services:
     snapshot = store.reload(check=check_bundle)
     for error in snapshot.errors:
         log.error("policy bundle not loaded: %s: %s", error.path, error.message)
-    deps = Deps(db=db, store=store, keyring=keyring, clock=clock, settings=settings,
-                log_writer=decision_log_writer(db, settings))
-    return Services(deps=deps, authenticator=KeyAuthenticator(db))
+    return AppContext(settings=settings, clock=clock, db=db, store=store, keyring=keyring,
+                      authenticator=KeyAuthenticator(db),
+                      log_writer=decision_log_writer(db, settings),
+                      refusals=refusal_writer(db))
 
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
-    """Build the ASGI app. ``settings`` defaults to the environment (``COSIGNER_*``)."""
+    """Build the ASGI app. ``settings`` defaults to the environment (``COSIGNER_*``).
+
+    The lifespan puts the :class:`AppContext` on ``app.state.context`` (routes read it
+    through :func:`cosigner.http.deps.context`) and the background :class:`Tasks` on
+    ``app.state.tasks``.
+    """
     settings = settings or get_settings()
     clock = clock or system_clock
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = await build_services(settings, clock)
-        app.state.services = services
-        services.deps.log_writer.start()
-        webhook_worker = _start_webhook_worker(services, settings, clock)
-        audit = AuditRuntime(services.deps)
-        services.extras["audit"] = audit
-        await audit.start()
-        approvals_runtime = ApprovalRuntime(services.deps)
-        services.extras["approvals"] = approvals_runtime
-        await approvals_runtime.start()
+        ctx = await build_context(settings, clock)
+        tasks = Tasks(ctx)
+        app.state.context, app.state.tasks = ctx, tasks
+        await tasks.start()
         _tune_gc()
         try:
             yield
         finally:
-            await approvals_runtime.stop()
-            await audit.stop()
-            await services.deps.log_writer.stop()
-            if webhook_worker is not None:
-                await webhook_worker.stop()
-            await services.deps.db.dispose()
+            await tasks.stop()
+            await ctx.db.dispose()
 
     app = FastAPI(
         title="Cosigner",
@@ -124,18 +111,6 @@ def _tune_gc() -> None:
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(10_000, older, oldest)
-
-
-def _start_webhook_worker(services: Services, settings: Settings, clock: Clock) -> Any:
-    """Run the webhook delivery worker when any receiver is configured."""
-    if not settings.webhooks:
-        return None
-    from cosigner.webhooks.worker import WebhookWorker
-
-    worker = WebhookWorker(services.deps.db, settings, clock)
-    services.extras["webhook_worker"] = worker
-    worker.start()
-    return worker
 
 
 def _register_schemas(app: FastAPI) -> None:

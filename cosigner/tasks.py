@@ -1,0 +1,85 @@
+"""Background loops of one process, started and stopped in one place.
+
+* the decision-log and refusal writers (group committers, :mod:`cosigner.db.group_commit`);
+* the approval expiry sweep: every ``settings.sweep_every_s`` due requests move to
+  ``expired`` (expiry does not depend on it – reviews and reads expire a due request
+  themselves – but the log then shows expiries nobody looked at);
+* the audit checkpointer (signed checkpoints) and the startup events (keys, policies);
+* the webhook delivery worker, when any receiver is configured.
+
+:meth:`Tasks.stop` stops them in reverse order; each loop is cancelled and awaited by one
+helper, so a loop never outlives the app that started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from cosigner.approvals.reviews import expire_due
+from cosigner.audit.checkpoints import Checkpointer
+from cosigner.audit.system import record_keyring, record_policy_change
+from cosigner.context import AppContext
+from cosigner.core.errors import CosignerError
+from cosigner.policy.store import PolicySnapshot
+from cosigner.webhooks.worker import WebhookWorker
+
+log = logging.getLogger("cosigner.tasks")
+
+
+class Tasks:
+    """The process's background work for one :class:`AppContext`."""
+
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+        settings = ctx.settings
+        self.checkpointer = Checkpointer(
+            ctx.db, ctx.keyring, ctx.clock,
+            every_events=settings.checkpoint_every_events, every_s=settings.checkpoint_every_s)
+        self.webhook_worker: WebhookWorker | None = (
+            WebhookWorker(ctx.db, settings, ctx.clock) if settings.webhooks else None)
+        self._loops: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Start the writers, record what this process loaded, start every loop."""
+        self.ctx.log_writer.start()
+        self.ctx.refusals.start()
+        await self._record_startup()
+        self._loops.append(asyncio.create_task(self._sweep(), name="approval-sweeper"))
+        self._loops.append(asyncio.create_task(self.checkpointer.run(), name="audit-checkpoints"))
+        if self.webhook_worker is not None:
+            self.webhook_worker.start()
+
+    async def stop(self) -> None:
+        """Stop every loop (cancel and await), then drain and stop the writers."""
+        for task in reversed(self._loops):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._loops.clear()
+        await self.ctx.refusals.stop()
+        await self.ctx.log_writer.stop()
+        if self.webhook_worker is not None:
+            await self.webhook_worker.stop()
+
+    async def _record_startup(self) -> None:
+        """Record the keyring and the loaded policies (best effort: an unavailable database
+        is logged, and /readyz reports it)."""
+        now = self.ctx.clock()
+        try:
+            await record_keyring(self.ctx.db, self.ctx.keyring, now=now)
+            await record_policy_change(self.ctx.db, PolicySnapshot(), self.ctx.store.snapshot,
+                                       now=now)
+        except CosignerError as exc:
+            log.error("could not record startup audit events: %s", exc.detail)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self.ctx.settings.sweep_every_s)
+            try:
+                count = await expire_due(self.ctx.db, self.ctx.clock())
+                if count:
+                    log.info("expired %d approval requests", count)
+            except CosignerError as exc:  # storage down: try again next round
+                log.warning("approval sweep failed: %s", exc.detail)
