@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cosigner.policy.quorum import required_roles
 from cosigner.policy.result import ApprovalRequirement
 
 
