@@ -51,7 +51,7 @@ def _parts(frame: str) -> tuple[str, str]:
 
 def _area(path: str) -> str:
     """A coarse bucket: a Cosigner module, else the top-level package or module."""
-    if path.startswith("server/"):
+    if path.startswith("cosigner/"):
         return path.removesuffix(".py")
     return path.split("/", 1)[0].removesuffix(".py") or "?"
 
@@ -75,7 +75,7 @@ def summarize(collapsed: str, top: int = 20) -> str:
         for area in {_area(p) for _, p in frames if p}:
             areas[area] += n
         for name in {f"{f} ({p})" for f, p in frames
-                     if p.startswith("server/") and p != "server/cli.py"}:
+                     if p.startswith("cosigner/") and p != "cosigner/cli/main.py"}:
             ours[name] += n
     if not total:
         return "no samples"
@@ -86,7 +86,7 @@ def summarize(collapsed: str, top: int = 20) -> str:
 
     return "\n".join([f"{total} samples"]
                      + table("self time (leaf function):", own)
-                     + table("inclusive, Cosigner functions (server/):", ours)
+                     + table("inclusive, Cosigner functions (cosigner/):", ours)
                      + table("inclusive, by package (first path component):", areas))
 
 

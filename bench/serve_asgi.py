@@ -1,6 +1,6 @@
 """Serve ``module:attribute`` the way ``cosigner serve`` serves Cosigner.
 
-``server/cli.py`` calls ``uvicorn.run(app, host=..., port=..., log_level=...,
+``cosigner/cli/main.py`` calls ``uvicorn.run(app, host=..., port=..., log_level=...,
 access_log=False)`` with uvicorn's defaults otherwise (loop and HTTP parser "auto":
 uvloop and httptools when installed). The floor and the peer are served through this
 file with the same call, each by the interpreter of its own venv::

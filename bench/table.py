@@ -68,11 +68,11 @@ def rows(systems: list[System], results: dict[str, dict[int, Cells]],
 
 
 def git_revision() -> str:
-    """HEAD and whether server/, policies/ or rego/ differ from it (call at the start)."""
+    """HEAD and whether cosigner/, policies/ or rego/ differ from it (call at the start)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip()
-    dirty = " + uncommitted changes" if git("status", "--porcelain", "--", "server",
+    dirty = " + uncommitted changes" if git("status", "--porcelain", "--", "cosigner",
                                             "policies", "rego") else ""
     return f"{git('rev-parse', '--short', 'HEAD')}{dirty}"
 
