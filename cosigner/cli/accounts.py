@@ -14,7 +14,7 @@ from cosigner.core.settings import Settings
 
 def add_user_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="stable subject id of the person (e.g. alice@example.com)")
-    p.add_argument("--tenant", required=True)
+    p.add_argument("--tenant", required=True, help="tenant id")
     p.add_argument("--role", action="append", required=True,
                    help="approver role such as finance (repeatable)")
     p.add_argument("--password-stdin", action="store_true",
@@ -54,7 +54,7 @@ def add_user(args: argparse.Namespace, settings: Settings) -> int:
 
 def disable_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="subject id of the user or API-key principal")
-    p.add_argument("--tenant", required=True)
+    p.add_argument("--tenant", required=True, help="tenant id")
 
 
 def disable(args: argparse.Namespace, settings: Settings) -> int:

@@ -32,8 +32,9 @@ def _when(text: str) -> datetime:
 
 
 def export_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tenant", required=True)
-    p.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
+    p.add_argument("--tenant", required=True, help="tenant id")
+    p.add_argument("--format", choices=["jsonl", "csv"], default="jsonl",
+                   help="JSON Lines (verifiable) or CSV (default jsonl)")
     p.add_argument("--since", type=_when, help="inclusive, RFC 3339 or YYYY-MM-DD (UTC)")
     p.add_argument("--until", type=_when, help="exclusive, RFC 3339 or YYYY-MM-DD (UTC)")
     p.add_argument("--out", required=True, help="output file ('-' for stdout)")
@@ -103,7 +104,7 @@ def verify_cmd(args: argparse.Namespace, _: Settings) -> int:
 
 
 def prune_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tenant", required=True)
+    p.add_argument("--tenant", required=True, help="tenant id")
     p.add_argument("--before", required=True, type=_when,
                    help="drop events up to the latest checkpoint signed before this time")
 
@@ -130,7 +131,7 @@ def prune_cmd(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def checkpoint_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tenant", required=True)
+    p.add_argument("--tenant", required=True, help="tenant id")
 
 
 def checkpoint_cmd(args: argparse.Namespace, settings: Settings) -> int:

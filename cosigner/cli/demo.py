@@ -39,7 +39,9 @@ from cosigner.core.settings import Settings
 ORDER_ID = "ord_8472"
 REFUND: dict[str, Any] = {"order_id": ORDER_ID, "amount_minor": 200000, "currency": "USD",
           "reason_code": "duplicate_charge"}
-ROOT = Path(__file__).resolve().parent.parent
+#: the source tree (cosigner/cli/demo.py → repository root): bundles, and the cwd of the
+#: demo server so it runs this same package
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------- stand-in

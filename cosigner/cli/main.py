@@ -21,15 +21,25 @@ from cosigner.cli import policy as policy_cli
 from cosigner.core.clock import system_clock
 from cosigner.core.settings import Settings, get_settings
 
-#: name → (configure parser, run(args, settings) -> exit code)
+#: name → (configure parser, run(args, settings) -> exit code, one-line help)
 Command = tuple[Callable[[argparse.ArgumentParser], None],
-                Callable[[argparse.Namespace, Settings], int]]
+                Callable[[argparse.Namespace, Settings], int], str]
+
+#: one-line help of each command group (``principals``, ``keys``, ...)
+GROUPS: dict[str, str] = {
+    "principals": "manage API keys and web-form users of a tenant",
+    "keys": "manage the permit and checkpoint signing keys",
+    "policy": "test policy bundles offline, or reload them on a server",
+    "audit": "export, verify, prune and checkpoint the audit log",
+}
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--no-migrate", action="store_true", help="do not apply migrations first")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on")
+    p.add_argument("--no-migrate", action="store_true",
+                   help="do not apply migrations first (run `cosigner migrate` yourself); "
+                        "refuse to start unless the database is at head")
     p.add_argument("--demo-tenant", metavar="TENANT",
                    help="create runtime/admin/auditor keys for TENANT if it has none, "
                         "and print them once")
@@ -39,9 +49,14 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from cosigner.app import create_app
-    from cosigner.db.migrate import upgrade_blocking
+    from cosigner.db.migrate import pending_message_blocking, upgrade_blocking
 
-    if not args.no_migrate:
+    if args.no_migrate:
+        problem = pending_message_blocking(settings.database_url)
+        if problem is not None:
+            print(f"error: not starting with --no-migrate: {problem}", file=sys.stderr)
+            return 1
+    else:
         upgrade_blocking(settings.database_url)
     if args.demo_tenant:
         asyncio.run(_bootstrap_demo(settings, args.demo_tenant))
@@ -84,7 +99,7 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _add_key_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tenant", required=True)
+    p.add_argument("--tenant", required=True, help="tenant id")
     p.add_argument("--role", action="append", required=True,
                    help="runtime, auditor, admin, or an approver role such as finance; "
                         "repeatable")
@@ -126,34 +141,66 @@ def _noargs(_: argparse.ArgumentParser) -> None:
 
 
 COMMANDS: dict[str, Command] = {
-    "serve": (_serve_args, _serve),
-    "migrate": (_noargs, _migrate),
-    "principals add-key": (_add_key_args, _add_key),
-    "principals add-user": (accounts_cli.add_user_args, accounts_cli.add_user),
-    "principals disable": (accounts_cli.disable_args, accounts_cli.disable),
-    "keys rotate": (_noargs, _keys_rotate),
-    "policy test": (policy_cli.test_args, policy_cli.run_test),
-    "policy reload": (policy_cli.reload_args, policy_cli.run_reload),
-    "audit export": (cli_audit.export_args, cli_audit.export_cmd),
-    "audit verify": (cli_audit.verify_args, cli_audit.verify_cmd),
-    "audit prune": (cli_audit.prune_args, cli_audit.prune_cmd),
-    "audit checkpoint": (cli_audit.checkpoint_args, cli_audit.checkpoint_cmd),
-    "demo": (demo.demo_args, demo.demo_cmd),
+    "serve": (_serve_args, _serve,
+              "migrate the database (under a lock) and serve the HTTP API"),
+    "migrate": (_noargs, _migrate,
+                "upgrade the database to this version's schema (under a lock), then exit"),
+    "principals add-key": (_add_key_args, _add_key,
+                           "create an API key for a tenant and print it once"),
+    "principals add-user": (accounts_cli.add_user_args, accounts_cli.add_user,
+                            "create or update a web-form user (approver) with a password"),
+    "principals disable": (accounts_cli.disable_args, accounts_cli.disable,
+                           "disable a principal: sign-in refused, sessions ended, "
+                           "API keys revoked"),
+    "keys rotate": (_noargs, _keys_rotate,
+                    "start signing with a new key; old keys stay in the JWKS"),
+    "policy test": (policy_cli.test_args, policy_cli.run_test,
+                    "run the golden cases of policy bundles offline"),
+    "policy reload": (policy_cli.reload_args, policy_cli.run_reload,
+                      "ask a running server to reload its policy bundles"),
+    "audit export": (cli_audit.export_args, cli_audit.export_cmd,
+                     "write a tenant's audit events as JSON Lines or CSV"),
+    "audit verify": (cli_audit.verify_args, cli_audit.verify_cmd,
+                     "check an export's hash chain and signed checkpoints offline"),
+    "audit prune": (cli_audit.prune_args, cli_audit.prune_cmd,
+                    "drop old audit events up to a signed checkpoint"),
+    "audit checkpoint": (cli_audit.checkpoint_args, cli_audit.checkpoint_cmd,
+                         "sign a checkpoint of a tenant's audit chain now"),
+    "demo": (demo.demo_args, demo.demo_cmd,
+             "play the refund story end to end on a temporary server"),
 }
 
 
+def package_version() -> str:
+    """The installed distribution's version (``cosigner --version``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cosigner")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cosigner", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="cosigner",
+        description="Cosigner: policy decisions and human approvals for AI-agent tool calls. "
+                    "Settings come from COSIGNER_* environment variables.")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {package_version()}",
+                        help="print the version and exit")
     groups: dict[str, Any] = {}
-    top = parser.add_subparsers(dest="command", required=True)
-    for name, (configure, run) in COMMANDS.items():
+    top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (configure, run, help_text) in COMMANDS.items():
         head, _, tail = name.partition(" ")
         if tail:
             if head not in groups:
-                groups[head] = top.add_parser(head).add_subparsers(dest="sub", required=True)
-            sub = groups[head].add_parser(tail)
+                group = top.add_parser(head, help=GROUPS[head], description=GROUPS[head])
+                groups[head] = group.add_subparsers(dest="sub", required=True,
+                                                    metavar="SUBCOMMAND")
+            sub = groups[head].add_parser(tail, help=help_text, description=help_text)
         else:
-            sub = top.add_parser(head)
+            sub = top.add_parser(head, help=help_text, description=help_text)
         configure(sub)
         sub.set_defaults(run=run)
     return parser

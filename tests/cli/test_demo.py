@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
 
 
-def test_cosigner_demo_exits_zero(tmp_path: Path) -> None:
+def test_cosigner_demo_exits_zero() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COSIGNER_")}
     done = subprocess.run([sys.executable, "-m", "cosigner", "demo"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=180)
