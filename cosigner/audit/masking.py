@@ -18,6 +18,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from cosigner.core import pointer as json_pointer
+
 __all__ = ["ALWAYS_MASKED", "MASK", "is_always_masked", "mask_value", "mask_with_paths"]
 
 MASK = "•••"
@@ -36,14 +38,6 @@ def is_always_masked(key: str) -> bool:
             or lowered.endswith(_MASKED_SUFFIXES))
 
 
-def _unescape(segment: str) -> str:
-    return segment.replace("~1", "/").replace("~0", "~")
-
-
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def _mask_pointer(doc: Any, pointer: str) -> tuple[Any, bool]:
     """``doc`` with the value at ``pointer`` replaced (copy-on-write), and whether it existed."""
     if pointer == "":
@@ -51,7 +45,7 @@ def _mask_pointer(doc: Any, pointer: str) -> tuple[Any, bool]:
     if not pointer.startswith("/"):
         return doc, False
     head, sep, rest = pointer[1:].partition("/")
-    key = _unescape(head)
+    key = json_pointer.unescape(head)
     tail = "/" + rest if sep else ""
     if isinstance(doc, dict) and key in doc:
         value, hit = _mask_pointer(doc[key], tail)
@@ -69,7 +63,7 @@ def _mask_pointer(doc: Any, pointer: str) -> tuple[Any, bool]:
 
 
 def _pointer(path: list[str], key: str) -> str:
-    return "".join(f"/{_escape(part)}" for part in (*path, key))
+    return json_pointer.join((*path, key))
 
 
 def _mask_keys(doc: Any, path: list[str], found: list[str]) -> Any:

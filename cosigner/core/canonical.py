@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 import rfc8785
 
+from cosigner.core import pointer as json_pointer
 from cosigner.core.errors import InvalidJSON
 
 __all__ = [
@@ -57,7 +58,7 @@ _FAST_ENCODE = json.JSONEncoder(
 
 def _segment(key: str) -> str:
     """One JSON pointer (RFC 6901) segment, safe to show: escaped, no surrogates, truncated."""
-    seg = key.replace("~", "~0").replace("/", "~1")
+    seg = json_pointer.escape(key)
     if not seg.isascii():
         seg = seg.encode("utf-8", "backslashreplace").decode("utf-8")
     return seg if len(seg) <= _SEGMENT_MAX else seg[:_SEGMENT_MAX] + "…"
