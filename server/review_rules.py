@@ -5,7 +5,9 @@ DESIGN invariant 6: a reviewer must hold a required role; with ``distinct_from``
 from every approver already accepted in this run; one stable subject counts once toward the
 whole requirement, even across role groups. The runtime credential that opened a request is
 never one of its reviewers, whatever ``distinct_from`` says: the requesting side cannot
-approve itself (case K13).
+approve itself (case K13). Every comparison of two subjects is of their canonical forms
+(:func:`server.subjects.subject_key`), so ``Alice@Corp.Example`` is ``alice@corp.example``
+here too, whoever spelt the initiator or principal id (case K29).
 
 Counting across groups is a bipartite matching of approving subjects to role slots (a group
 ``{role, count}`` is ``count`` slots). Earlier reviewers are matched first, and a new
@@ -19,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from server.policy.result import ApprovalRequirement, RoleGroup
+from server.subjects import subject_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +52,16 @@ def refusal_code(ctx: ReviewContext, *, subject: str, roles: Iterable[str],
     if not required_roles(ctx.requirement) & frozenset(roles):
         return "not_eligible"
     distinct = ctx.requirement.distinct_from
-    if subject == ctx.opened_by:
+    me = subject_key(subject)
+    if me == subject_key(ctx.opened_by):
         return "self_approval"
-    if distinct in ("initiator", "initiator_and_previous") and subject in (
-            ctx.initiator_id, ctx.principal_id):
+    if distinct in ("initiator", "initiator_and_previous") and me in (
+            subject_key(ctx.initiator_id), subject_key(ctx.principal_id)):
         return "self_approval"
     if (decision == "approved" and distinct in ("previous", "initiator_and_previous")
-            and subject in ctx.previous_approvers):
+            and me in {subject_key(s) for s in ctx.previous_approvers}):
         return "previous_approver"
-    if subject in ctx.reviewed:
+    if me in {subject_key(s) for s in ctx.reviewed}:
         return "duplicate_review"
     return None
 
@@ -66,9 +70,9 @@ def match(candidates: Sequence[tuple[str, frozenset[str]]],
           groups: Sequence[RoleGroup]) -> dict[str, str]:
     """Assign approving subjects to role slots: ``{subject: role counted}``.
 
-    ``candidates`` are ``(subject, required roles held)`` in review order; a subject appears
-    at most once. Kuhn's augmenting paths give a maximum matching; a subject left out
-    counts toward nothing.
+    ``candidates`` are ``(subject, required roles held)`` in review order; a subject
+    (canonical, as stored) appears at most once. Kuhn's augmenting paths give a maximum
+    matching; a subject left out counts toward nothing.
     """
     slots = [group.role for group in groups for _ in range(group.count)]
     owner: list[str | None] = [None] * len(slots)

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-from server import approval_queries, approval_requests, approvals
+from server import approval_queries, approval_requests, approvals, rejections
 from server.api.body import openapi_body, strict_body
 from server.api.deps import PROBLEM_RESPONSES, CallerDep, services
 from server.api.models_approvals import (
@@ -16,6 +16,7 @@ from server.api.models_approvals import (
     ApprovalV1,
     ReviewAskV1,
     ReviewRequestV1,
+    WithdrawRejectionV1,
 )
 
 router = APIRouter(prefix="/v1", tags=["approvals"])
@@ -85,3 +86,18 @@ async def post_cancel(request: Request, caller: CallerDep,
                       approval_id: str = _ID) -> dict[str, Any]:
     """Cancel a pending request (runtime role of its tenant). 409 when not pending."""
     return await approvals.cancel(services(request).deps, caller, approval_id)
+
+
+@router.post("/approvals/{approval_id}/withdraw-rejection", response_model=ApprovalV1,
+             responses=_RESPONSES, openapi_extra=openapi_body(WithdrawRejectionV1))
+async def post_withdraw_rejection(request: Request, caller: CallerDep,
+                                  approval_id: str = _ID) -> dict[str, Any]:
+    """Withdraw a rejection (an admin, or an approver holding a required role; never the
+    requesting side): the same call in the run is no longer denied
+    ``rejected_by_reviewer``. Logged with the actor and ``reason``.
+
+    403 ``not_eligible``, ``self_approval``; 409 ``not_rejected``, ``rejection_withdrawn``.
+    """
+    svc = services(request)
+    body, _ = await strict_body(request, WithdrawRejectionV1, svc.deps.settings.max_body_bytes)
+    return await rejections.withdraw(svc.deps, caller, approval_id, reason_text=body.reason)
