@@ -5,7 +5,9 @@ DESIGN invariant 6: a reviewer must hold a required role; with ``distinct_from``
 from every approver already accepted in this run; one stable subject counts once toward the
 whole requirement, even across role groups. The runtime credential that opened a request is
 never one of its reviewers, whatever ``distinct_from`` says: the requesting side cannot
-approve itself (case K13).
+approve itself (case K13). Every comparison of two subjects is of their canonical forms
+(:func:`cosigner.core.subjects.subject_key`), so ``Alice@Corp.Example`` is
+``alice@corp.example`` here too, whoever spelt the initiator or principal id (case K29).
 
 Quorum counting (one subject counts once across groups) is :mod:`cosigner.policy.quorum`.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cosigner.core.subjects import subject_key
 from cosigner.policy.quorum import required_roles
 from cosigner.policy.result import ApprovalRequirement
 
@@ -44,14 +47,15 @@ def refusal_code(ctx: ReviewContext, *, subject: str, roles: Iterable[str],
     if not required_roles(ctx.requirement) & frozenset(roles):
         return "not_eligible"
     distinct = ctx.requirement.distinct_from
-    if subject == ctx.opened_by:
+    me = subject_key(subject)
+    if me == subject_key(ctx.opened_by):
         return "self_approval"
-    if distinct in ("initiator", "initiator_and_previous") and subject in (
-            ctx.initiator_id, ctx.principal_id):
+    if distinct in ("initiator", "initiator_and_previous") and me in (
+            subject_key(ctx.initiator_id), subject_key(ctx.principal_id)):
         return "self_approval"
     if (decision == "approved" and distinct in ("previous", "initiator_and_previous")
-            and subject in ctx.previous_approvers):
+            and me in {subject_key(s) for s in ctx.previous_approvers}):
         return "previous_approver"
-    if subject in ctx.reviewed:
+    if me in {subject_key(s) for s in ctx.reviewed}:
         return "duplicate_review"
     return None

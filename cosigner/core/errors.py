@@ -7,7 +7,7 @@ domain code never knows about HTTP. The wire shape is an RFC 9457 problem docume
 Tree::
 
     CosignerError
-    ├── InvalidRequest                    (caller's mistake, 4xx)
+    ├── InvalidRequest       invalid_request, invalid_subject, invalid_roles, ... (4xx)
     │   ├── InvalidJSON          invalid_json, duplicate_key, non_finite_number,
     │   │                        unsafe_integer
     │   ├── InvalidArgs          invalid_args         (tool catalogue JSON Schema)
@@ -22,7 +22,8 @@ Tree::
     │   ├── ApprovalStateError   approval_expired, approval_not_pending, ...
     │   ├── ReviewRefused        self_approval, duplicate_review, not_eligible, ...
     │   ├── OutcomeConflict      outcome_conflict
-    │   └── ContractConflict     contract_conflict    (run contracts never widen)
+    │   ├── ContractConflict     contract_conflict    (run contracts never widen)
+    │   └── SubjectConflict      subject_conflict     (one person, one principal)
     ├── PermitRefused            bad_signature, expired, not_yet_valid, args_mismatch,
     │                            tool_mismatch, tenant_mismatch, already_redeemed,
     │                            revoked, policy_changed, malformed_permit
@@ -128,6 +129,11 @@ class OutcomeConflict(Conflict):
 class ContractConflict(Conflict):
     code = "contract_conflict"
     title = "A different contract is already registered for this run"
+
+
+class SubjectConflict(Conflict):
+    code = "subject_conflict"
+    title = "Another principal already has this subject id in canonical form"
 
 
 class PermitRefused(CosignerError):

@@ -3,7 +3,9 @@
 ``approvals`` holds the exact canonical arguments (``args``) next to the policy ``mask``;
 anything shown or exported goes through :func:`cosigner.approvals.reviews.display_args`. The partial
 unique index ``uq_approvals_pending_call`` is the join rule: one *pending* request per
-(tenant, run, tool, args hash), enforced by the database across replicas.
+(tenant, run, tool, args hash), enforced by the database across replicas. The partial index
+``ix_approvals_rejected_call`` finds the standing rejections of a call
+(:mod:`server.rejections`).
 
 ``call_inputs`` keeps the policy input of every ``allow`` / ``require_approval`` decision
 (without ``now``) so a redeem can re-evaluate the currently active policy on the same input.
@@ -50,9 +52,16 @@ approvals = Table(
     Column("decided_at", DateTime(timezone=True), nullable=True),
     Column("permit_jti", String(64), nullable=True),
     Column("permit", JSON, nullable=True),  # {token, jti, expires_at} once approved
+    # A rejection sticks (server.rejections) until withdrawn: when, and by whom (actor).
+    Column("withdrawn_at", DateTime(timezone=True), nullable=True),
+    Column("withdrawn_by", JSON, nullable=True),
     Index("uq_approvals_pending_call", "tenant", "run_id", "tool", "args_hash", unique=True,
           sqlite_where=text("status = 'pending'"),
           postgresql_where=text("status = 'pending'")),
+    # The standing rejections: tiny, read by every decision batch that allows a call.
+    Index("ix_approvals_rejected_call", "tenant", "run_id", "tool", "args_hash",
+          sqlite_where=text("status = 'rejected' AND withdrawn_at IS NULL"),
+          postgresql_where=text("status = 'rejected' AND withdrawn_at IS NULL")),
     Index("ix_approvals_tenant_status", "tenant", "status", "expires_at"),
     Index("ix_approvals_decision", "tenant", "decision_id"),
 )

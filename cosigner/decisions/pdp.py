@@ -1,7 +1,8 @@
 """decide(): the policy decision point's one use case.
 
 Flow (DESIGN § Data flow): args hash (RFC 8785) → idempotency check → run contract →
-tool catalogue (schema, unknown tool) → policy evaluation (active + shadow) → one write
+tool catalogue (schema, unknown tool) → policy evaluation (active + shadow) → a standing
+rejection of the same call in the run wins over policy (:mod:`server.rejections`) → one write
 holding the decision row, its decision-log events, the run counters, the approval
 request or the permit row. Writes go through the process's group committer: many
 decisions share one transaction and one COMMIT, and a response is released only after
@@ -20,6 +21,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import opening as approval_requests
+from cosigner.approvals import rejections
 from cosigner.audit.chain import Event, append
 from cosigner.context import AppContext
 from cosigner.core.canonical import args_hash as compute_args_hash
@@ -55,10 +57,20 @@ class DecisionRequest:
     raw: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Assumed:
+    """What a prepared decision took for granted, confirmed by its group-commit batch:
+    ``run`` has no contract; ``call`` (an ``allow``) has no standing rejection."""
+
+    run: tuple[str, str]
+    call: rejections.Call | None
+
+
 def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item]:
     """The group committer for decisions and redeems: one transaction and one COMMIT per
-    batch; the events of the items that succeeded are chained per tenant, and prepared
-    decisions that assumed "no run contract" are confirmed first (``no_contract``)."""
+    batch; the events of the items that succeeded are chained per tenant, and what the
+    prepared decisions assumed (no run contract, no standing rejection of an allowed
+    call) is confirmed first, one query each per batch (``confirm``)."""
 
     async def chain_events(conn: AsyncConnection, written: list[Write]) -> None:
         by_tenant: dict[str, list[Event]] = {}
@@ -69,18 +81,28 @@ def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item
             events = by_tenant[tenant]
             await append(conn, tenant, events, now=events[0].time or datetime.now(UTC))
 
-    async def no_contract(conn: AsyncConnection, written: list[Write]
-                          ) -> dict[int, CosignerError]:
+    async def confirm(conn: AsyncConnection, written: list[Write]
+                      ) -> dict[int, CosignerError]:
         # Decisions taken without a contract pre-read: confirm under the write lock that
-        # their run still has none, else they are decided again with it.
-        assumed = {item.assumes for item in written if item.assumes is not None}
-        if not assumed:
-            return {}
-        found = await contracts.contracted(conn, assumed)
-        return {i: contracts.RunContractFound("the run has a contract")
-                for i, item in enumerate(written) if item.assumes in found}
+        # their run still has none, else they are decided again with it. Allowed calls:
+        # confirm nobody rejected the same call in the run, else they are decided again
+        # on the locked path, which denies them (server.rejections).
+        assumed: list[Assumed] = [item.assumes for item in written]
+        runs = {a.run for a in assumed if a is not None}
+        calls = {a.call for a in assumed if a is not None and a.call is not None}
+        contracted = await contracts.contracted(conn, runs) if runs else set()
+        rejected = await rejections.rejected_calls(conn, calls) if calls else set()
+        refused: dict[int, CosignerError] = {}
+        for i, a in enumerate(assumed):
+            if a is None:
+                continue
+            if a.run in contracted:
+                refused[i] = contracts.RunContractFound("the run has a contract")
+            elif a.call in rejected:
+                refused[i] = rejections.RejectionFound("a reviewer rejected this call")
+        return refused
 
-    return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=no_contract),
+    return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=confirm),
                           max_batch=settings.log_batch_max,
                           max_wait_s=settings.log_batch_wait_ms / 1000)
 
@@ -143,16 +165,27 @@ async def decide(deps: AppContext, caller: Caller, req: DecisionRequest) -> dict
         Unavailable: the decision could not be recorded (503; treat as deny).
     """
     pair = (caller.tenant, req.run["id"])
-    try:
-        return await _decide(deps, caller, req, read_contract=pair in deps.contracted_runs)
-    except contracts.RunContractFound:
-        # Decided as if the run had no contract, but it has one: nothing was written.
-        deps.contracted_runs.add(*pair)
-        return await _decide(deps, caller, req, read_contract=True)
+    read_contract, locked = pair in deps.contracted_runs, False
+    while True:  # each retry sets a flag, so this runs at most three times
+        try:
+            return await _decide(deps, caller, req, read_contract=read_contract,
+                                 locked=locked)
+        except contracts.RunContractFound:
+            # Decided as if the run had no contract, but it has one: nothing was written.
+            if read_contract:
+                raise
+            deps.contracted_runs.add(*pair)
+            read_contract = True
+        except rejections.RejectionFound:
+            # A prepared allow of a call a reviewer rejected: nothing was written; the
+            # locked path denies it rejected_by_reviewer.
+            if locked:
+                raise
+            locked = True
 
 
 async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
-                  read_contract: bool) -> dict[str, Any]:
+                  read_contract: bool, locked: bool) -> dict[str, Any]:
     tenant = caller.tenant
     a_hash = compute_args_hash(req.args)
     request_hash = hash_bytes(canonicalize(req.raw))
@@ -227,8 +260,11 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
             rows.append((permits, permit_row))
             rows.append((call_inputs, permit_ledger.call_input_row(
                 tenant=tenant, decision_id=decision_id, input_doc=input_doc, mask=mask)))
+        assert assumes_none is not None  # prepared only without a run contract
+        call = (tenant, req.run["id"], tool_name, a_hash) if response["effect"] == "allow" \
+            else None
         return Write(tenant, [replace(e, time=now) for e in events], response, rows,
-                     assumes=assumes_none)
+                     assumes=Assumed(run=assumes_none, call=call))
 
     initial = dict(response)
 
@@ -238,11 +274,17 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
         # deadlock), so it resets what an earlier attempt put in ``response``.
         response.clear()
         response.update(initial)
+        # A person rejected this call in this run: deny whatever the policy said, open
+        # nothing, count nothing (one indexed read; standing rejections are few).
+        rejected = None if result.effect == "deny" else await rejections.standing(
+            conn, tenant=tenant, run_id=req.run["id"], tool=tool_name, args_hash=a_hash)
+        if rejected is not None:
+            response.update(effect="deny", reasons=[rejected.as_dict()], approval=None)
         # Re-check and count the run contract here: concurrent calls cannot overspend.
         refused = await contracts.check_and_count(
             conn, tenant=tenant, run_id=req.run["id"], tool=tool_name, now=now,
-            count=result.effect != "deny", assumed_none=assumes_none is not None)
-        if refused is not None:
+            count=response["effect"] != "deny", assumed_none=assumes_none is not None)
+        if refused is not None and rejected is None:
             response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
         # Stores the input for redeem-time re-evaluation; opens/joins the approval.
         gate_events = await approval_requests.record_gate(
@@ -261,7 +303,7 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
         await conn.execute(decisions.insert(), decision_row())
         return Write(tenant, [replace(e, time=now) for e in events], response)
 
-    simple = run_state is None and result.effect in ("allow", "deny")
+    simple = not locked and run_state is None and result.effect in ("allow", "deny")
     try:
         written: Write = await deps.log_writer.submit(prepared() if simple else work)
     except UniqueViolation:

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.audit.chain import Event, append
 from cosigner.core.clock import Clock
 from cosigner.core.errors import InvalidRequest, NotFound, Unauthenticated
+from cosigner.core.subjects import canonical_subject, subject_key
 from cosigner.db.database import Database
 from cosigner.db.tables import api_keys, principals
 from cosigner.db.tables_web import signin_failures, web_sessions
@@ -84,11 +85,11 @@ def _verify(stored: str | None, password: str) -> bool:
         return False
 
 
-def _check_name(tenant: str, name: str) -> None:
+def _check_name(tenant: str, name: str) -> str:
+    """The canonical subject of ``name`` (:func:`server.subjects.canonical_subject`)."""
     if not _TENANT_RE.match(tenant):
         raise InvalidRequest("invalid tenant id", code="invalid_tenant")
-    if not name.strip() or len(name) > _NAME_MAX or name != name.strip():
-        raise InvalidRequest("invalid user name", code="invalid_name")
+    return canonical_subject(name)
 
 
 def _actor(subject: str) -> dict[str, Any]:
@@ -100,23 +101,29 @@ async def add_user(db: Database, *, tenant: str, name: str, roles: list[str], pa
     """Create the approver ``name`` in ``tenant`` (or give an existing subject a password
     and these roles, and enable it again). Returns the principal id.
 
+    ``name`` is stored in canonical form (``Alice@Corp.Example`` is ``alice@corp.example``),
+    its spelling as the display name.
+
     Raises:
-        InvalidRequest: bad tenant, name, role names, or a password under 12 characters.
+        InvalidRequest: bad tenant, name (``invalid_subject``), role names, or a password
+            under 12 characters.
+        SubjectConflict: another spelling of ``name`` is already a principal (409).
     """
-    _check_name(tenant, name)
+    subject = _check_name(tenant, name)
     roles = validate_roles(roles)
     password_hash = await asyncio.to_thread(hash_password, password)
     now = clock()
     async with db.transaction() as conn:
         principal_id, created = await get_or_create_principal(
-            conn, tenant=tenant, subject=name, roles=roles, kind="user", now=now)
+            conn, tenant=tenant, subject=subject, display_name=name, roles=roles,
+            kind="user", now=now)
         await conn.execute(principals.update().where(principals.c.id == principal_id)
                            .values(password_hash=password_hash, disabled=False))
         await append(conn, tenant, [Event(
             type="principal.created" if created else "principal.updated",
-            actor=_actor(actor), principal=name,
-            payload={"principal_id": principal_id, "subject": name, "kind": "user",
-                     "roles": roles, "password_set": True})], now=now)
+            actor=_actor(actor), principal=subject,
+            payload={"principal_id": principal_id, "subject": subject, "display_name": name,
+                     "kind": "user", "roles": roles, "password_set": True})], now=now)
     return principal_id
 
 
@@ -128,14 +135,16 @@ async def disable_principal(db: Database, *, tenant: str, name: str, clock: Cloc
     Replicas that cached one of its API keys may accept it for up to
     :data:`cosigner.identity.principals.KEY_CACHE_TTL_S` more seconds.
 
+    ``name`` in any spelling of the principal's subject.
+
     Raises:
         NotFound: no such principal in the tenant.
     """
-    _check_name(tenant, name)
+    subject = _check_name(tenant, name)
     now = clock()
     async with db.transaction() as conn:
         row = (await conn.execute(select(principals.c.id).where(
-            principals.c.tenant == tenant, principals.c.subject == name))).first()
+            principals.c.tenant == tenant, principals.c.subject == subject))).first()
         if row is None:
             raise NotFound(f"no principal {name!r} in tenant {tenant!r}")
         await conn.execute(principals.update().where(principals.c.id == row.id)
@@ -146,8 +155,8 @@ async def disable_principal(db: Database, *, tenant: str, name: str, clock: Cloc
             api_keys.c.principal_id == row.id, api_keys.c.revoked_at.is_(None))
             .values(revoked_at=now))).rowcount
         await append(conn, tenant, [Event(
-            type="principal.disabled", actor=_actor(actor), principal=name,
-            payload={"principal_id": row.id, "subject": name, "sessions_ended": sessions,
+            type="principal.disabled", actor=_actor(actor), principal=subject,
+            payload={"principal_id": row.id, "subject": subject, "sessions_ended": sessions,
                      "api_keys_revoked": keys})], now=now)
     return {"sessions": int(sessions or 0), "api_keys": int(keys or 0)}
 
@@ -200,6 +209,8 @@ async def authenticate_password(db: Database, *, tenant: str, name: str, passwor
     """
     limits = limits or SigninLimits()
     now = clock()
+    # One account however it is spelt: looked up, and its failures counted, canonically.
+    name = subject_key(name[:_NAME_MAX])
     account_key, address_key = _keys(tenant, name, address)
     async with db.read() as conn:
         if await _locked(conn, (account_key, address_key), now):

@@ -1,5 +1,9 @@
 """Principals (stable subject ids in one tenant, with roles) and their API keys.
 
+A principal's ``subject`` is stored in canonical form (:mod:`server.subjects`), unique per
+tenant, so one person is one principal however their id is spelt; ``display_name`` keeps
+the spelling it was created with.
+
 Built-in roles grant API access: ``runtime`` (decide, redeem, report), ``auditor``
 (read the decision log), ``admin`` (policies, keys, principals). Any other role name
 (``finance``, ``security`` ...) makes the principal an approver for that role.
@@ -25,7 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.audit.chain import Event, append
 from cosigner.core.clock import Clock
-from cosigner.core.errors import Forbidden, InvalidRequest, Unauthenticated
+from cosigner.core.errors import Forbidden, InvalidRequest, SubjectConflict, Unauthenticated
+from cosigner.core.subjects import canonical_subject
 from cosigner.db.database import Database
 from cosigner.db.tables import api_keys, principals
 
@@ -83,15 +88,30 @@ def hash_secret(secret: str) -> str:
 
 
 async def get_or_create_principal(
-    conn: AsyncConnection, *, tenant: str, subject: str, roles: list[str], kind: str,
-    now: Any,
+    conn: AsyncConnection, *, tenant: str, subject: str, display_name: str,
+    roles: list[str], kind: str, now: Any,
 ) -> tuple[str, bool]:
-    """Return ``(principal_id, created)``; an existing principal gains the given roles."""
+    """Return ``(principal_id, created)``; an existing principal gains the given roles.
+
+    ``subject`` must already be canonical (:func:`server.subjects.canonical_subject`);
+    ``display_name`` is the spelling it was given in. The principal is found by its
+    canonical subject; one created with another spelling of it is another person claiming
+    the same identity, so it is refused (the same spelling again is the same principal).
+
+    Raises:
+        SubjectConflict: ``subject_conflict`` — a principal of the tenant already has this
+            subject in canonical form under another spelling.
+    """
     row = (await conn.execute(
-        select(principals.c.id, principals.c.roles).where(
+        select(principals.c.id, principals.c.roles, principals.c.display_name).where(
             principals.c.tenant == tenant, principals.c.subject == subject)
     )).first()
     if row is not None:
+        if (row.display_name or subject) != display_name:
+            raise SubjectConflict(
+                f"{display_name!r} is the same subject as the existing principal "
+                f"{row.display_name or subject!r} (compared as {subject!r}); use that "
+                "spelling to change it", existing=row.display_name or subject)
         merged = sorted(set(row.roles) | set(roles))
         if merged != sorted(row.roles):
             await conn.execute(principals.update().where(principals.c.id == row.id)
@@ -99,8 +119,8 @@ async def get_or_create_principal(
         return row.id, False
     principal_id = str(uuid.uuid4())
     await conn.execute(principals.insert().values(
-        id=principal_id, tenant=tenant, subject=subject, kind=kind, roles=sorted(roles),
-        disabled=False, created_at=now))
+        id=principal_id, tenant=tenant, subject=subject, display_name=display_name,
+        kind=kind, roles=sorted(roles), disabled=False, created_at=now))
     return principal_id, True
 
 
@@ -110,27 +130,33 @@ async def create_api_key(
     """Create (or extend) a principal and give it a new API key.
 
     Returns ``(key, principal_id)``; the key string is shown once and never stored.
-    Raises :class:`InvalidRequest` for bad tenant or role names.
+
+    Raises:
+        InvalidRequest: bad tenant, role names or subject (``invalid_subject``).
+        SubjectConflict: another spelling of ``subject`` is already a principal (409).
     """
     if not _TENANT_RE.match(tenant):
         raise InvalidRequest("invalid tenant id", code="invalid_tenant")
     roles = validate_roles(roles)
-    subject = subject or f"key-{secrets.token_hex(4)}"
+    display_name = subject or f"key-{secrets.token_hex(4)}"
+    canonical = canonical_subject(display_name)
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     now = clock()
     async with db.transaction() as conn:
         principal_id, created = await get_or_create_principal(
-            conn, tenant=tenant, subject=subject, roles=roles, kind="key", now=now)
+            conn, tenant=tenant, subject=canonical, display_name=display_name, roles=roles,
+            kind="key", now=now)
         await conn.execute(api_keys.insert().values(
             id=key_id, principal_id=principal_id, secret_hash=hash_secret(secret),
             created_at=now))
         # The key id is public (part of the key string); the secret never enters the log.
         await append(conn, tenant, [Event(
             type="principal.created" if created else "principal.updated",
-            actor={"subject": "cli", "principal_id": None, "kind": "cli"}, principal=subject,
-            payload={"principal_id": principal_id, "subject": subject, "kind": "key",
-                     "roles": roles, "api_key_id": key_id})], now=now)
+            actor={"subject": "cli", "principal_id": None, "kind": "cli"}, principal=canonical,
+            payload={"principal_id": principal_id, "subject": canonical,
+                     "display_name": display_name, "kind": "key", "roles": roles,
+                     "api_key_id": key_id})], now=now)
     return f"csk_{key_id}_{secret}", principal_id
 
 

@@ -24,9 +24,9 @@ def match(candidates: Sequence[tuple[str, frozenset[str]]],
           groups: Sequence[RoleGroup]) -> dict[str, str]:
     """Assign approving subjects to role slots: ``{subject: role counted}``.
 
-    ``candidates`` are ``(subject, required roles held)`` in review order; a subject appears
-    at most once. Kuhn's augmenting paths give a maximum matching; a subject left out
-    counts toward nothing.
+    ``candidates`` are ``(subject, required roles held)`` in review order; a subject
+    (canonical, as stored) appears at most once. Kuhn's augmenting paths give a maximum
+    matching; a subject left out counts toward nothing.
     """
     slots = [group.role for group in groups for _ in range(group.count)]
     owner: list[str | None] = [None] * len(slots)

@@ -29,6 +29,12 @@ class ReviewAskV1(Wire):
     reason: str = Field(min_length=1, max_length=500, pattern=TEXT_PATTERN)
 
 
+class WithdrawRejectionV1(Wire):
+    """An approver or admin withdraws a rejection (who: from the credential)."""
+
+    reason: str = Field(min_length=1, max_length=500, pattern=TEXT_PATTERN)
+
+
 class RoleGroupV1(BaseModel):
     role: str
     count: int
@@ -72,6 +78,9 @@ class ApprovalV1(BaseModel):
     policy: dict[str, str] | None = None
     created_at: str | None = None
     decided_at: str | None = None
+    rejection_withdrawn_at: str | None = Field(
+        default=None, description="When a rejection was withdrawn; until then the same "
+                                  "call in the run is denied rejected_by_reviewer.")
     reviews: list[ReviewV1] | None = None
     retry_after: int | None = Field(default=None,
                                     description="Seconds before polling again (pending).")

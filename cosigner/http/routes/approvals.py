@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query, Request
 
 from cosigner.approvals import opening as approval_requests
 from cosigner.approvals import queries as approval_queries
+from cosigner.approvals import rejections
 from cosigner.approvals import reviews as approvals
 from cosigner.http.body import openapi_body, strict_body
 from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
@@ -18,6 +19,7 @@ from cosigner.http.models.approvals import (
     ApprovalV1,
     ReviewAskV1,
     ReviewRequestV1,
+    WithdrawRejectionV1,
 )
 
 router = APIRouter(prefix="/v1", tags=["approvals"])
@@ -87,3 +89,18 @@ async def post_cancel(request: Request, caller: CallerDep,
                       approval_id: str = _ID) -> dict[str, Any]:
     """Cancel a pending request (runtime role of its tenant). 409 when not pending."""
     return await approvals.cancel(context(request), caller, approval_id)
+
+
+@router.post("/approvals/{approval_id}/withdraw-rejection", response_model=ApprovalV1,
+             responses=_RESPONSES, openapi_extra=openapi_body(WithdrawRejectionV1))
+async def post_withdraw_rejection(request: Request, caller: CallerDep,
+                                  approval_id: str = _ID) -> dict[str, Any]:
+    """Withdraw a rejection (an admin, or an approver holding a required role; never the
+    requesting side): the same call in the run is no longer denied
+    ``rejected_by_reviewer``. Logged with the actor and ``reason``.
+
+    403 ``not_eligible``, ``self_approval``; 409 ``not_rejected``, ``rejection_withdrawn``.
+    """
+    ctx = context(request)
+    body, _ = await strict_body(request, WithdrawRejectionV1, ctx.settings.max_body_bytes)
+    return await rejections.withdraw(ctx, caller, approval_id, reason_text=body.reason)
