@@ -27,6 +27,7 @@ from server.api import problems
 from server.api import runs as runs_routes
 from server.api import tools as tools_routes
 from server.api.models import ProblemV1
+from server.api.proxies import TrustedProxies
 from server.approval_runtime import ApprovalRuntime
 from server.audit.runtime import AuditRuntime
 from server.clock import Clock, system_clock
@@ -110,6 +111,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(tools_routes.router)
     app.include_router(audit_routes.router)
     web.install(app)
+    # Outermost, so every route and middleware sees the real client, scheme and host.
+    app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
     _register_schemas(app)
     return app
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from server import accounts_cli, cli_audit, demo, policy_cli
 from server.clock import system_clock
-from server.settings import Settings, get_settings
+from server.settings import Settings, get_settings, parse_forwarded_allow_ips
 
 #: name → (configure parser, run(args, settings) -> exit code)
 Command = tuple[Callable[[argparse.ArgumentParser], None],
@@ -27,6 +27,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--no-migrate", action="store_true", help="do not apply migrations first")
+    p.add_argument("--forwarded-allow-ips", metavar="IPS",
+                   help="comma-separated proxy addresses or networks whose X-Forwarded-For/"
+                        "-Proto/-Host count (default: COSIGNER_FORWARDED_ALLOW_IPS, or none "
+                        "- not even loopback)")
     p.add_argument("--demo-tenant", metavar="TENANT",
                    help="create runtime/admin/auditor keys for TENANT if it has none, "
                         "and print them once")
@@ -38,12 +42,21 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from server.app import create_app
     from server.db.migrate import upgrade_blocking
 
+    if args.forwarded_allow_ips is not None:
+        try:
+            trusted = parse_forwarded_allow_ips(args.forwarded_allow_ips)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        settings = settings.model_copy(update={"forwarded_allow_ips": trusted})
     if not args.no_migrate:
         upgrade_blocking(settings.database_url)
     if args.demo_tenant:
         asyncio.run(_bootstrap_demo(settings, args.demo_tenant))
+    # Proxy headers are the app's job (server.api.proxies, from settings.forwarded_allow_ips):
+    # uvicorn's own handling is off, or it would trust 127.0.0.1 (its default) on its own.
     uvicorn.run(create_app(settings), host=args.host, port=args.port,
-                log_level=settings.log_level, access_log=False)
+                log_level=settings.log_level, access_log=False, proxy_headers=False)
     return 0
 
 

@@ -17,10 +17,12 @@ def install(app: FastAPI) -> None:
     from server.web import routes, routes_auth
     from server.web.auth import SignInRequired
     from server.web.headers import SecurityHeaders
+    from server.web.origin import SameOrigin
 
     app.include_router(routes_auth.router)
     app.include_router(routes.router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
+    app.add_middleware(SameOrigin)  # inside SecurityHeaders: its 403 gets the headers too
     app.add_middleware(SecurityHeaders)
     app.add_exception_handler(SignInRequired, _sign_in_required)
 
