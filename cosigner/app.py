@@ -23,6 +23,7 @@ from cosigner.db.database import Database
 from cosigner.decisions.pdp import decision_log_writer
 from cosigner.http import problems
 from cosigner.http.models.decisions import ProblemV1
+from cosigner.http.proxies import TrustedProxies
 from cosigner.http.routes import approvals as approvals_routes
 from cosigner.http.routes import audit as audit_routes
 from cosigner.http.routes import decisions as decisions_routes
@@ -97,6 +98,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(tools_routes.router)
     app.include_router(audit_routes.router)
     web.install(app)
+    # Outermost, so every route and middleware sees the real client, scheme and host.
+    app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
     _register_schemas(app)
     return app
 

@@ -257,10 +257,11 @@ class LiveServer:
 
 def start_module_server(folder: Path, *, db_kind: str, pg_url: str | None,
                         sqlite_template: Path, bundle_dirs: list[Path],
-                        **env: str) -> tuple[LiveServer, str]:
+                        args: tuple[str, ...] = (), **env: str) -> tuple[LiveServer, str]:
     """Start one ``cosigner serve`` for a test module (starting one costs seconds; tests
     stay apart by tenant): its database (``migrated_database``), keys and log in
-    ``folder``, the given bundle folders, plus ``env``. Returns ``(server, database_url)``;
+    ``folder``, the given bundle folders, plus ``env`` (and ``serve`` options ``args``).
+    Returns ``(server, database_url)``;
     the caller stops the server."""
     database_url = migrated_database(folder, db_kind, pg_url, sqlite_template)
     full = {**os.environ, "COSIGNER_DATABASE_URL": database_url,
@@ -269,7 +270,7 @@ def start_module_server(folder: Path, *, db_kind: str, pg_url: str | None,
             "COSIGNER_LOG_LEVEL": "warning", **env}
     port = free_port()
     server = LiveServer(full, port, log_path=folder / f"server-{port}.log")
-    server.start()
+    server.start(*args)
     return server, database_url
 
 

@@ -19,7 +19,7 @@ from cosigner.cli import audit as cli_audit
 from cosigner.cli import demo
 from cosigner.cli import policy as policy_cli
 from cosigner.core.clock import system_clock
-from cosigner.core.settings import Settings, get_settings
+from cosigner.core.settings import Settings, get_settings, parse_forwarded_allow_ips
 
 #: name → (configure parser, run(args, settings) -> exit code, one-line help)
 Command = tuple[Callable[[argparse.ArgumentParser], None],
@@ -40,6 +40,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-migrate", action="store_true",
                    help="do not apply migrations first (run `cosigner migrate` yourself); "
                         "refuse to start unless the database is at head")
+    p.add_argument("--forwarded-allow-ips", metavar="IPS",
+                   help="comma-separated proxy addresses or networks whose X-Forwarded-For/"
+                        "-Proto/-Host count (default: COSIGNER_FORWARDED_ALLOW_IPS, or none "
+                        "- not even loopback)")
     p.add_argument("--demo-tenant", metavar="TENANT",
                    help="create runtime/admin/auditor keys for TENANT if it has none, "
                         "and print them once")
@@ -51,6 +55,13 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from cosigner.app import create_app
     from cosigner.db.migrate import pending_message_blocking, upgrade_blocking
 
+    if args.forwarded_allow_ips is not None:
+        try:
+            trusted = parse_forwarded_allow_ips(args.forwarded_allow_ips)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        settings = settings.model_copy(update={"forwarded_allow_ips": trusted})
     if args.no_migrate:
         problem = pending_message_blocking(settings.database_url)
         if problem is not None:
@@ -60,8 +71,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         upgrade_blocking(settings.database_url)
     if args.demo_tenant:
         asyncio.run(_bootstrap_demo(settings, args.demo_tenant))
+    # Proxy headers are the app's job (cosigner.http.proxies, from settings.forwarded_allow_ips):
+    # uvicorn's own handling is off, or it would trust 127.0.0.1 (its default) on its own.
     uvicorn.run(create_app(settings), host=args.host, port=args.port,
-                log_level=settings.log_level, access_log=False)
+                log_level=settings.log_level, access_log=False, proxy_headers=False)
     return 0
 
 

@@ -15,7 +15,7 @@ Tree::
     │   └── PayloadTooLarge      payload_too_large
     ├── AuthError
     │   ├── Unauthenticated      unauthenticated
-    │   └── Forbidden            forbidden
+    │   └── Forbidden            forbidden, cross_origin (a /ui post from another origin)
     ├── NotFound                 not_found
     ├── Conflict                 (state conflicts, 409)
     │   ├── IdempotencyConflict  idempotency_conflict

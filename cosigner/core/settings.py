@@ -7,11 +7,12 @@ Invalid values refuse to start (pydantic validation error), never fall back open
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class WebhookTarget(BaseModel):
@@ -61,10 +62,36 @@ class Settings(BaseSettings):
     #: SQLite: how long a write waits for the database lock before it fails (503, deny).
     db_busy_timeout_ms: int = Field(default=10_000, ge=100, le=600_000)
     session_idle_timeout_s: int = Field(default=1800, ge=60)
+    #: Peers whose ``X-Forwarded-For/-Proto/-Host`` count (IP addresses or CIDR networks,
+    #: comma-separated in the environment). Default: none, not even loopback; then the
+    #: client address is the TCP peer. ``cosigner serve --forwarded-allow-ips`` overrides it.
+    forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Sign-in limits (:class:`server.accounts.SigninLimits`): failures of one account name
+    #: (any address) before its back-off lock, failures from one address (any names)
+    #: before its lock, the counting window, the longest lock, and the first back-off.
+    signin_account_limit: int = Field(default=5, ge=1, le=1000)
+    signin_address_limit: int = Field(default=50, ge=2, le=100_000)
+    signin_window_s: int = Field(default=15 * 60, ge=1)
+    signin_lockout_s: int = Field(default=15 * 60, ge=1)
+    signin_backoff_s: int = Field(default=30, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     #: Outgoing approval webhooks per tenant (``"*"``: every tenant), e.g.
     #: ``COSIGNER_WEBHOOKS='{"acme": [{"url": "https://hooks.example/x", "secret": "..."}]}'``.
     webhooks: dict[str, list[WebhookTarget]] = Field(default_factory=dict)
+
+    @field_validator("forwarded_allow_ips", mode="before")
+    @classmethod
+    def _trusted_proxies(cls, value: Any) -> list[str]:
+        return parse_forwarded_allow_ips(value)
+
+    @field_validator("signin_address_limit")
+    @classmethod
+    def _address_above_account(cls, value: int, info: Any) -> int:
+        account = info.data.get("signin_account_limit")
+        if account is not None and value <= account:
+            raise ValueError("signin_address_limit must exceed signin_account_limit, so a "
+                             "flood on one name never locks its address")
+        return value
 
     @field_validator("database_url")
     @classmethod
@@ -72,6 +99,29 @@ class Settings(BaseSettings):
         if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
             raise ValueError("database_url must be sqlite+aiosqlite:// or postgresql+asyncpg://")
         return value
+
+
+def parse_forwarded_allow_ips(value: Any) -> list[str]:
+    """Trusted proxies as normalised networks (``"10.0.0.1, 10.1.0.0/16"`` or a list).
+
+    Raises:
+        ValueError: an entry that is not an IP address or network (``"*"`` included:
+            trusting every peer would let anyone choose their address).
+    """
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    networks: list[str] = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        try:
+            networks.append(str(ipaddress.ip_network(text, strict=False)))
+        except ValueError:
+            raise ValueError(f"forwarded_allow_ips: {text!r} is not an IP address or "
+                             "network") from None
+    return networks
 
 
 def get_settings() -> Settings:

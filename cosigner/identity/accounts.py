@@ -5,16 +5,30 @@ same work whether or not the account exists: an unknown, disabled or password-le
 is checked against a dummy hash, and the error never says which of name or password was
 wrong.
 
-Failed sign-ins are counted in the database (table ``signin_failures``), so every replica
-sees the same counts: per account (``ACCOUNT_LIMIT`` failures per window lock that name,
-existing or not) and per client address (``ADDRESS_LIMIT``, against password spraying).
-A locked key refuses without checking the password, for ``LOCKOUT_S`` seconds.
+Sign-in limits (:class:`SigninLimits`, from settings) are kept in the database (table
+``signin_failures``), so every replica sees the same counts. Two keys, counted apart:
+
+* **the account name** (``account:<tenant>/<name>``, NFKC + case fold; existing or not):
+  from the ``account``-th failure within the window, the name is locked for ``backoff_s``,
+  doubling with each further failure up to ``lockout_s``. It applies from every address:
+  a correct password for a locked name still fails until the lock ends.
+* **the client address** (``address:<ip>``, the real peer or, behind a trusted proxy, the
+  address the proxy saw; :mod:`server.api.proxies`): ``address`` failures within the window
+  lock every name from that address for ``lockout_s`` (password spraying). A failure on a
+  name already at its own limit does not count here, so a flood on one name never locks
+  its address for the others there; a locked address never locks a name tried elsewhere.
+
+A locked key refuses without checking the password and without counting. A key's count
+is forgotten once ``window_s`` passed since its window began *and* since its last lock
+ended, so trying again right after a lock ends extends it. A correct password clears the
+name's count (never the address's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -42,6 +56,7 @@ MIN_PASSWORD_LENGTH = 12
 MAX_PASSWORD_LENGTH = 1024
 WINDOW_S = 15 * 60
 LOCKOUT_S = 15 * 60
+BACKOFF_S = 30
 ACCOUNT_LIMIT = 5
 ADDRESS_LIMIT = 50
 _NAME_MAX = 256
@@ -49,12 +64,23 @@ _NAME_MAX = 256
 
 @dataclass(frozen=True, slots=True)
 class SigninLimits:
-    """Failure limits (tests shrink them)."""
+    """Failure limits (see the module docstring); ``settings.signin_*`` in the server."""
 
     account: int = ACCOUNT_LIMIT
     address: int = ADDRESS_LIMIT
     window_s: int = WINDOW_S
     lockout_s: int = LOCKOUT_S
+    backoff_s: int = BACKOFF_S
+
+    def account_lock_s(self, failures: int) -> int:
+        """Lock of a name after its ``failures``-th failure (0: not locked)."""
+        if failures < self.account:
+            return 0
+        return int(min(self.backoff_s * 2 ** min(failures - self.account, 32), self.lockout_s))
+
+    def address_lock_s(self, failures: int) -> int:
+        """Lock of an address after its ``failures``-th failure (0: not locked)."""
+        return self.lockout_s if failures >= self.address else 0
 
 
 @lru_cache(maxsize=1)
@@ -168,7 +194,8 @@ def _aware(value: datetime | None) -> datetime | None:
 
 
 def _keys(tenant: str, name: str, address: str) -> tuple[str, str]:
-    return f"account:{tenant}/{name[:_NAME_MAX]}", f"address:{address[:200]}"
+    # One name in any spelling is one key (canonical subject), so variants share a lock.
+    return f"account:{tenant}/{subject_key(name[:_NAME_MAX])}", f"address:{address[:200]}"
 
 
 async def _locked(conn: AsyncConnection, keys: tuple[str, ...], now: datetime) -> bool:
@@ -177,8 +204,9 @@ async def _locked(conn: AsyncConnection, keys: tuple[str, ...], now: datetime) -
     return any((_aware(r.locked_until) or now) > now for r in rows)
 
 
-async def _count_failure(conn: AsyncConnection, key: str, limit: int, limits: SigninLimits,
-                         now: datetime) -> None:
+async def _count_failure(conn: AsyncConnection, key: str, lock_s: Callable[[int], int],
+                         limits: SigninLimits, now: datetime) -> int:
+    """Count one failure of ``key`` (row-locked on PostgreSQL); returns the count before it."""
     insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
     await conn.execute(insert(signin_failures).values(
         key=key, failures=0, window_start=now, locked_until=None)
@@ -188,13 +216,15 @@ async def _count_failure(conn: AsyncConnection, key: str, limit: int, limits: Si
         query = query.with_for_update()
     row = (await conn.execute(query)).one()
     window_start = _aware(row.window_start) or now
-    failures = row.failures + 1
-    if now - window_start >= timedelta(seconds=limits.window_s):
-        window_start, failures = now, 1
-    locked_until = now + timedelta(seconds=limits.lockout_s) if failures >= limit else None
+    last_lock_end = _aware(row.locked_until) or window_start
+    before = row.failures
+    if now - max(window_start, last_lock_end) >= timedelta(seconds=limits.window_s):
+        window_start, before = now, 0
+    seconds = lock_s(before + 1)
     await conn.execute(signin_failures.update().where(signin_failures.c.key == key).values(
-        failures=0 if locked_until else failures, window_start=window_start,
-        locked_until=locked_until or _aware(row.locked_until)))
+        failures=before + 1, window_start=window_start,
+        locked_until=now + timedelta(seconds=seconds) if seconds else row.locked_until))
+    return int(before)
 
 
 async def authenticate_password(db: Database, *, tenant: str, name: str, password: str,
@@ -224,8 +254,10 @@ async def authenticate_password(db: Database, *, tenant: str, name: str, passwor
     ok = await asyncio.to_thread(_verify, stored, password[:MAX_PASSWORD_LENGTH])
     if not ok or row is None:
         async with db.transaction() as conn:
-            await _count_failure(conn, account_key, limits.account, limits, now)
-            await _count_failure(conn, address_key, limits.address, limits, now)
+            before = await _count_failure(conn, account_key, limits.account_lock_s, limits,
+                                          now)
+            if before < limits.account:  # a name past its limit stops feeding the address
+                await _count_failure(conn, address_key, limits.address_lock_s, limits, now)
         log.info("failed sign-in for tenant %s from %s", tenant, address)
         raise Unauthenticated("wrong name or password", code="invalid_credentials")
     async with db.transaction() as conn:

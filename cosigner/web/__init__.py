@@ -17,10 +17,12 @@ def install(app: FastAPI) -> None:
     from cosigner.web import routes, routes_auth
     from cosigner.web.auth import SignInRequired
     from cosigner.web.headers import SecurityHeaders
+    from cosigner.web.origin import SameOrigin
 
     app.include_router(routes_auth.router)
     app.include_router(routes.router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
+    app.add_middleware(SameOrigin)  # inside SecurityHeaders: its 403 gets the headers too
     app.add_middleware(SecurityHeaders)
     app.add_exception_handler(SignInRequired, _sign_in_required)
 

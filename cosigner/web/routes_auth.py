@@ -8,6 +8,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
 from cosigner.core.errors import Unauthenticated
+from cosigner.core.settings import Settings
 from cosigner.http.deps import context
 from cosigner.identity import accounts
 from cosigner.web import csrf, sessions
@@ -22,6 +23,13 @@ def _safe_next(target: str | None) -> str:
     if target and target.startswith("/ui") and "//" not in target and "\\" not in target:
         return target
     return "/ui"
+
+
+def _limits(settings: Settings) -> accounts.SigninLimits:
+    return accounts.SigninLimits(
+        account=settings.signin_account_limit, address=settings.signin_address_limit,
+        window_s=settings.signin_window_s, lockout_s=settings.signin_lockout_s,
+        backoff_s=settings.signin_backoff_s)
 
 
 def _set_cookie(response: Response, request: Request, name: str, value: str) -> None:
@@ -59,12 +67,12 @@ async def login(request: Request, tenant: Annotated[str, Form(max_length=128)] =
         return _login_form(request, tenant=tenant, name=name, next_=next_, status=403,
                            message="The form expired. Please sign in again.")
     deps = context(request)
+    # The real peer, or behind a trusted proxy the address it saw (cosigner.http.proxies).
     address = request.client.host if request.client else "unknown"
     try:
         caller = await accounts.authenticate_password(
             deps.db, tenant=tenant.strip(), name=name.strip(), password=password,
-            address=address, clock=deps.clock,
-            limits=None)
+            address=address, clock=deps.clock, limits=_limits(deps.settings))
     except Unauthenticated as exc:
         text = ("Too many failed sign-ins. Try again in a few minutes."
                 if exc.code == "signin_throttled" else "Wrong name or password.")

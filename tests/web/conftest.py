@@ -23,12 +23,13 @@ async def add_user(db: Database, tenant: str, name: str, *roles: str,
 
 def web_client(h: Any, base_url: str = "http://cosigner.test") -> httpx.AsyncClient:
     """A client of the harness app from its own random address, so sign-in throttling
-    counters of one test never touch another's (tests share one PostgreSQL database)."""
+    counters of one test never touch another's (tests share one PostgreSQL database).
+    It sends ``Origin: base_url`` like a browser posting the server's own form."""
     import random
 
     address = f"10.{random.randrange(256)}.{random.randrange(256)}.{random.randrange(1, 255)}"
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=h.app, client=(address, 50000)),
-                             base_url=base_url)
+                             base_url=base_url, headers={"Origin": base_url})
 
 
 def csrf_of(html: str) -> str:

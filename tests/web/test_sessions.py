@@ -176,8 +176,7 @@ async def test_pages_have_no_inline_script_or_style(harness: Any, tenant: str) -
 
 
 async def test_signin_is_throttled_per_account(harness_factory: Any, tenant: str) -> None:
-    h = await harness_factory()
-    h.services.extras["signin_limits"] = accounts.SigninLimits(account=3, address=100)
+    h = await harness_factory(signin_account_limit=3, signin_address_limit=100)
     await add_user(h.db, tenant, "alice", "finance")
     async with _client(h) as client:
         for _ in range(3):
@@ -190,8 +189,7 @@ async def test_signin_is_throttled_per_account(harness_factory: Any, tenant: str
 
 
 async def test_signin_is_throttled_per_address(harness_factory: Any, tenant: str) -> None:
-    h = await harness_factory()
-    h.services.extras["signin_limits"] = accounts.SigninLimits(account=100, address=4)
+    h = await harness_factory(signin_account_limit=3, signin_address_limit=4)
     await add_user(h.db, tenant, "alice", "finance")
     async with _client(h) as client:
         for name in ("u1", "u2", "u3", "u4"):  # spraying different names
