@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server.audit.chain import Event, append
 from server.clock import Clock
+from server.db import generations
 from server.db.database import Database
 from server.db.tables import api_keys, principals
 from server.db.tables_web import signin_failures, web_sessions
@@ -125,8 +126,8 @@ async def disable_principal(db: Database, *, tenant: str, name: str, clock: Cloc
     """Disable a principal: it can no longer sign in, its sessions end and its API keys
     are revoked. Returns ``{"sessions": n, "api_keys": m}`` (how many ended).
 
-    Replicas that cached one of its API keys may accept it for up to
-    :data:`server.principals.KEY_CACHE_TTL_S` more seconds.
+    The credential generation is bumped in the same transaction, so every replica drops
+    its cached API keys within ``replica_poll_s`` (:mod:`server.replica_sync`).
 
     Raises:
         NotFound: no such principal in the tenant.
@@ -145,6 +146,7 @@ async def disable_principal(db: Database, *, tenant: str, name: str, clock: Cloc
         keys = (await conn.execute(update(api_keys).where(
             api_keys.c.principal_id == row.id, api_keys.c.revoked_at.is_(None))
             .values(revoked_at=now))).rowcount
+        await generations.bump(conn, generations.CREDENTIALS)
         await append(conn, tenant, [Event(
             type="principal.disabled", actor=_actor(actor), principal=name,
             payload={"principal_id": row.id, "subject": name, "sessions_ended": sessions,

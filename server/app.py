@@ -30,12 +30,15 @@ from server.api.models import ProblemV1
 from server.approval_runtime import ApprovalRuntime
 from server.audit.runtime import AuditRuntime
 from server.clock import Clock, system_clock
+from server.db import generations
 from server.db.database import Database
 from server.decisions import Deps, decision_log_writer
 from server.keys import Keyring
+from server.keystore import KeyringFollower, KeyStore, open_keyring
 from server.policy.cases import check_bundle
 from server.policy.store import PolicyStore, engine_factory
 from server.principals import KeyAuthenticator
+from server.replica_sync import ReplicaSync
 from server.settings import Settings, get_settings
 
 log = logging.getLogger("cosigner")
@@ -51,10 +54,9 @@ class Services:
 
 
 async def build_services(settings: Settings, clock: Clock) -> Services:
-    """Open the database, load the keyring and the policy bundles."""
+    """Open the database, load the keyring (from the database) and the policy bundles."""
     db = Database(settings.database_url, busy_timeout_ms=settings.db_busy_timeout_ms)
-    keyring = Keyring.load_or_create(settings.key_dir, now=clock(),
-                                     max_token_lifetime_s=settings.max_permit_ttl_s)
+    key_store, keyring = await open_keyring(db, settings, now=clock())
     store = PolicyStore(settings.bundle_dirs, engine_factory=engine_factory(
         opa_url=settings.opa_url, opa_timeout_ms=settings.opa_timeout_ms))
     snapshot = store.reload(check=check_bundle)
@@ -62,7 +64,24 @@ async def build_services(settings: Settings, clock: Clock) -> Services:
         log.error("policy bundle not loaded: %s: %s", error.path, error.message)
     deps = Deps(db=db, store=store, keyring=keyring, clock=clock, settings=settings,
                 log_writer=decision_log_writer(db, settings))
-    return Services(deps=deps, authenticator=KeyAuthenticator(db))
+    authenticator = KeyAuthenticator(db)
+    return Services(deps=deps, authenticator=authenticator, extras={
+        "replica_sync": _replica_sync(settings, clock, db, key_store, keyring, authenticator)})
+
+
+def _replica_sync(settings: Settings, clock: Clock, db: Database, key_store: KeyStore,
+                  keyring: Keyring, authenticator: KeyAuthenticator) -> ReplicaSync:
+    """The poll loop that keeps this process's keyring and API-key cache in step with
+    the database (what other replicas and the CLI change)."""
+    sync = ReplicaSync(db, interval_s=settings.replica_poll_s, clock=clock)
+    sync.follow(generations.SIGNING_KEYS, KeyringFollower(key_store, keyring, clock).observe)
+    fresh_for_s = 2 * settings.replica_poll_s
+
+    async def follow_credentials(generation: int, _now: object) -> None:
+        authenticator.observe(generation, fresh_for_s=fresh_for_s)
+
+    sync.follow(generations.CREDENTIALS, follow_credentials)
+    return sync
 
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
@@ -74,6 +93,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await build_services(settings, clock)
         app.state.services = services
+        replica_sync: ReplicaSync = services.extras["replica_sync"]
+        await replica_sync.start()
         services.deps.log_writer.start()
         webhook_worker = _start_webhook_worker(services, settings, clock)
         audit = AuditRuntime(services.deps)
@@ -89,6 +110,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             await approvals_runtime.stop()
             await audit.stop()
             await services.deps.log_writer.stop()
+            await replica_sync.stop()
             if webhook_worker is not None:
                 await webhook_worker.stop()
             await services.deps.db.dispose()

@@ -42,12 +42,11 @@ def export_args(p: argparse.ArgumentParser) -> None:
 def export_cmd(args: argparse.Namespace, settings: Settings) -> int:
     from server.audit.export import export
     from server.db.database import Database
-    from server.keys import Keyring
+    from server.keystore import open_keyring
 
     async def run() -> None:
         db = Database(settings.database_url)
-        keyring = Keyring.load_or_create(settings.key_dir, now=system_clock(),
-                                         max_token_lifetime_s=settings.max_permit_ttl_s)
+        _, keyring = await open_keyring(db, settings, now=system_clock())
         out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
         try:
             chunks = await export(db, keyring, tenant=args.tenant, fmt=args.format,
@@ -136,13 +135,12 @@ def checkpoint_args(p: argparse.ArgumentParser) -> None:
 def checkpoint_cmd(args: argparse.Namespace, settings: Settings) -> int:
     from server.audit.checkpoints import checkpoint_now
     from server.db.database import Database
-    from server.keys import Keyring
+    from server.keystore import open_keyring
 
     async def run() -> Any:
         db = Database(settings.database_url)
-        keyring = Keyring.load_or_create(settings.key_dir, now=system_clock(),
-                                         max_token_lifetime_s=settings.max_permit_ttl_s)
         try:
+            _, keyring = await open_keyring(db, settings, now=system_clock())
             return await checkpoint_now(db, keyring, tenant=args.tenant, now=system_clock())
         finally:
             await db.dispose()
@@ -154,7 +152,7 @@ def checkpoint_cmd(args: argparse.Namespace, settings: Settings) -> int:
 
 def record_rotation(settings: Settings, *, old_kid: str, new_kid: str) -> None:
     """Record ``key.rotated`` in the system chain; a failure is reported, not fatal
-    (the rotation itself already happened on disk)."""
+    (the rotation itself is already committed)."""
     from server.audit.system import record_key_rotated
     from server.db.database import Database
     from server.errors import CosignerError

@@ -222,6 +222,20 @@ def _state_refusal(row: Any, now: datetime) -> PermitRefused | None:
     return None
 
 
+async def _verify(deps: Deps, token: str, now: datetime) -> PermitClaims:
+    """:func:`verify_permit_token`; a kid unknown here is looked up in the shared keyring
+    once (another replica may have signed with a key this one has not loaded yet)."""
+    settings = deps.settings
+    try:
+        return verify_permit_token(deps.keyring, token, now=now, issuer=settings.issuer,
+                                   audience=settings.audience)
+    except PermitRefused as exc:
+        if exc.code != "unknown_kid" or not await deps.keyring.refresh_for_unknown_kid():
+            raise
+    return verify_permit_token(deps.keyring, token, now=now, issuer=settings.issuer,
+                               audience=settings.audience)
+
+
 async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dict[str, Any],
                  refusals: GroupCommitter[tuple[str, Event, datetime]] | None = None
                  ) -> dict[str, Any]:
@@ -253,8 +267,7 @@ async def redeem(deps: Deps, caller: Caller, *, token: str, tool: str, args: dic
     presented_hash = args_hash(args)
     claims: PermitClaims | None = None
     try:
-        claims = verify_permit_token(deps.keyring, token, now=now, issuer=deps.settings.issuer,
-                                     audience=deps.settings.audience)
+        claims = await _verify(deps, token, now)
         check_binding(claims, tenant=caller.tenant, tool=tool, args_hash=presented_hash)
         async with deps.db.read() as conn:
             # The permit's state and the recorded call input, in one statement.

@@ -34,6 +34,9 @@ from server.principals import create_api_key
 from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
+#: One key-encryption key for every server of the session: on PostgreSQL they all share
+#: one database, hence one keyring (as replicas do).
+TEST_KEK = "dGVzdC1rZXktZW5jcnlwdGlvbi1rZXktMzItYnl0ZXM"
 PG_BASE_URL = os.environ.get("COSIGNER_TEST_PG_URL",
                              "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 
@@ -113,6 +116,7 @@ def make_settings(database_url: str, tmp_path: Path, **overrides: Any) -> Settin
         "database_url": database_url,
         "bundle_dirs": [ROOT / "policies", ROOT / "rego"],
         "key_dir": tmp_path / "keys",
+        "key_encryption_key": TEST_KEK,
     }
     values.update(overrides)
     return Settings(**values)
@@ -257,6 +261,7 @@ def start_module_server(folder: Path, *, db_kind: str, pg_url: str | None,
     database_url = migrated_database(folder, db_kind, pg_url, sqlite_template)
     full = {**os.environ, "COSIGNER_DATABASE_URL": database_url,
             "COSIGNER_KEY_DIR": str(folder / "keys"),
+            "COSIGNER_KEY_ENCRYPTION_KEY": TEST_KEK,
             "COSIGNER_BUNDLE_DIRS": json.dumps([str(path) for path in bundle_dirs]),
             "COSIGNER_LOG_LEVEL": "warning", **env}
     port = free_port()
@@ -275,6 +280,7 @@ def live_server_factory(database_url: str, tmp_path: Path) -> Iterator[Callable[
         full.update({
             "COSIGNER_DATABASE_URL": database_url,
             "COSIGNER_KEY_DIR": str(tmp_path / "keys"),
+            "COSIGNER_KEY_ENCRYPTION_KEY": TEST_KEK,
             "COSIGNER_BUNDLE_DIRS": f'["{ROOT / "policies"}", "{ROOT / "rego"}"]',
             "COSIGNER_LOG_LEVEL": "warning",
         })
