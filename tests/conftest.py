@@ -46,6 +46,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      choices=["sqlite", "postgres"], help="database the tests run on")
 
 
+@pytest.fixture(autouse=True)
+def _shared_test_kek(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLI commands run in-process read settings from the environment: the same KEK."""
+    monkeypatch.setenv("COSIGNER_KEY_ENCRYPTION_KEY", TEST_KEK)
+
+
 @pytest.fixture(scope="session")
 def db_kind(pytestconfig: pytest.Config) -> str:
     return str(pytestconfig.getoption("--db"))
