@@ -33,7 +33,7 @@ from cosigner.http.routes import policies as policies_routes
 from cosigner.http.routes import runs as runs_routes
 from cosigner.http.routes import tools as tools_routes
 from cosigner.identity.principals import KeyAuthenticator
-from cosigner.keys.keyring import Keyring
+from cosigner.keys.store import open_keyring
 from cosigner.permits.ledger import refusal_writer
 from cosigner.policy.cases import check_bundle
 from cosigner.policy.store import PolicyStore, engine_factory
@@ -43,16 +43,17 @@ log = logging.getLogger("cosigner")
 
 
 async def build_context(settings: Settings, clock: Clock) -> AppContext:
-    """Open the database, load the keyring and the policy bundles: the app's one context."""
+    """Open the database, load the keyring (from the database) and the policy
+    bundles: the app's one context."""
     db = Database(settings.database_url, busy_timeout_ms=settings.db_busy_timeout_ms)
-    keyring = Keyring.load_or_create(settings.key_dir, now=clock(),
-                                     max_token_lifetime_s=settings.max_permit_ttl_s)
+    key_store, keyring = await open_keyring(db, settings, now=clock())
     store = PolicyStore(settings.bundle_dirs, engine_factory=engine_factory(
         opa_url=settings.opa_url, opa_timeout_ms=settings.opa_timeout_ms))
     snapshot = store.reload(check=check_bundle)
     for error in snapshot.errors:
         log.error("policy bundle not loaded: %s: %s", error.path, error.message)
     return AppContext(settings=settings, clock=clock, db=db, store=store, keyring=keyring,
+                      key_store=key_store,
                       authenticator=KeyAuthenticator(db),
                       log_writer=decision_log_writer(db, settings),
                       refusals=refusal_writer(db))

@@ -22,6 +22,7 @@ from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
 from cosigner.identity.principals import KeyAuthenticator
 from cosigner.keys.keyring import Keyring
+from cosigner.keys.store import KeyStore
 from cosigner.policy.store import PolicyStore
 from cosigner.runs.contracts import ContractedRuns
 
@@ -46,6 +47,7 @@ class AppContext:
     db: Database
     store: PolicyStore
     keyring: Keyring
+    key_store: KeyStore
     authenticator: KeyAuthenticator
     log_writer: GroupCommitter[Item] = field(repr=False)
     refusals: GroupCommitter[Refusal] = field(repr=False)

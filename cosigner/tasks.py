@@ -1,5 +1,8 @@
 """Background loops of one process, started and stopped in one place.
 
+* the replica sync: one poll of the generations replicas share
+  (:mod:`cosigner.db.replica_sync`) keeps the keyring and the API-key cache in step with
+  what other processes and the CLI changed;
 * the decision-log and refusal writers (group committers, :mod:`cosigner.db.group_commit`);
 * the approval expiry sweep: every ``settings.sweep_every_s`` due requests move to
   ``expired`` (expiry does not depend on it – reviews and reads expire a due request
@@ -22,6 +25,9 @@ from cosigner.audit.checkpoints import Checkpointer
 from cosigner.audit.system import record_keyring, record_policy_change
 from cosigner.context import AppContext
 from cosigner.core.errors import CosignerError
+from cosigner.db import generations
+from cosigner.db.replica_sync import ReplicaSync
+from cosigner.keys.store import KeyringFollower
 from cosigner.policy.store import PolicySnapshot
 from cosigner.webhooks.worker import WebhookWorker
 
@@ -40,9 +46,22 @@ class Tasks:
         self.webhook_worker: WebhookWorker | None = (
             WebhookWorker(ctx.db, settings, ctx.clock) if settings.webhooks else None)
         self._loops: list[asyncio.Task[None]] = []
+        self.replica_sync = ReplicaSync(ctx.db, interval_s=settings.replica_poll_s,
+                                        clock=ctx.clock)
+        self.replica_sync.follow(
+            generations.SIGNING_KEYS,
+            KeyringFollower(ctx.key_store, ctx.keyring, ctx.clock).observe)
+        fresh_for_s = 2 * settings.replica_poll_s
+
+        async def follow_credentials(generation: int, _now: object) -> None:
+            ctx.authenticator.observe(generation, fresh_for_s=fresh_for_s)
+
+        self.replica_sync.follow(generations.CREDENTIALS, follow_credentials)
 
     async def start(self) -> None:
-        """Start the writers, record what this process loaded, start every loop."""
+        """Follow the shared state (one poll first: a process must not start blind), start
+        the writers, record what this process loaded, start every loop."""
+        await self.replica_sync.start()
         self.ctx.log_writer.start()
         self.ctx.refusals.start()
         await self._record_startup()
@@ -62,6 +81,7 @@ class Tasks:
         await self.ctx.log_writer.stop()
         if self.webhook_worker is not None:
             await self.webhook_worker.stop()
+        await self.replica_sync.stop()
 
     async def _record_startup(self) -> None:
         """Record the keyring and the loaded policies (best effort: an unavailable database

@@ -36,6 +36,9 @@ from cosigner.identity.principals import create_api_key
 from cosigner.tasks import Tasks
 
 ROOT = Path(__file__).resolve().parent.parent
+#: One key-encryption key for every server of the session: on PostgreSQL they all share
+#: one database, hence one keyring (as replicas do).
+TEST_KEK = "dGVzdC1rZXktZW5jcnlwdGlvbi1rZXktMzItYnl0ZXM"
 PG_BASE_URL = os.environ.get("COSIGNER_TEST_PG_URL",
                              "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 
@@ -43,6 +46,12 @@ PG_BASE_URL = os.environ.get("COSIGNER_TEST_PG_URL",
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--db", default=os.environ.get("COSIGNER_TEST_DB", "sqlite"),
                      choices=["sqlite", "postgres"], help="database the tests run on")
+
+
+@pytest.fixture(autouse=True)
+def _shared_test_kek(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLI commands run in-process read settings from the environment: the same KEK."""
+    monkeypatch.setenv("COSIGNER_KEY_ENCRYPTION_KEY", TEST_KEK)
 
 
 @pytest.fixture(scope="session")
@@ -115,6 +124,7 @@ def make_settings(database_url: str, tmp_path: Path, **overrides: Any) -> Settin
         "database_url": database_url,
         "bundle_dirs": [ROOT / "policies", ROOT / "rego"],
         "key_dir": tmp_path / "keys",
+        "key_encryption_key": TEST_KEK,
     }
     values.update(overrides)
     return Settings(**values)
@@ -266,6 +276,7 @@ def start_module_server(folder: Path, *, db_kind: str, pg_url: str | None,
     database_url = migrated_database(folder, db_kind, pg_url, sqlite_template)
     full = {**os.environ, "COSIGNER_DATABASE_URL": database_url,
             "COSIGNER_KEY_DIR": str(folder / "keys"),
+            "COSIGNER_KEY_ENCRYPTION_KEY": TEST_KEK,
             "COSIGNER_BUNDLE_DIRS": json.dumps([str(path) for path in bundle_dirs]),
             "COSIGNER_LOG_LEVEL": "warning", **env}
     port = free_port()
@@ -284,6 +295,7 @@ def live_server_factory(database_url: str, tmp_path: Path) -> Iterator[Callable[
         full.update({
             "COSIGNER_DATABASE_URL": database_url,
             "COSIGNER_KEY_DIR": str(tmp_path / "keys"),
+            "COSIGNER_KEY_ENCRYPTION_KEY": TEST_KEK,
             "COSIGNER_BUNDLE_DIRS": f'["{ROOT / "policies"}", "{ROOT / "rego"}"]',
             "COSIGNER_LOG_LEVEL": "warning",
         })

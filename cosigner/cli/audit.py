@@ -43,12 +43,11 @@ def export_args(p: argparse.ArgumentParser) -> None:
 def export_cmd(args: argparse.Namespace, settings: Settings) -> int:
     from cosigner.audit.export import export
     from cosigner.db.database import Database
-    from cosigner.keys.keyring import Keyring
+    from cosigner.keys.store import open_keyring
 
     async def run() -> None:
         db = Database(settings.database_url)
-        keyring = Keyring.load_or_create(settings.key_dir, now=system_clock(),
-                                         max_token_lifetime_s=settings.max_permit_ttl_s)
+        _, keyring = await open_keyring(db, settings, now=system_clock())
         out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
         try:
             chunks = await export(db, keyring, tenant=args.tenant, fmt=args.format,
@@ -137,13 +136,12 @@ def checkpoint_args(p: argparse.ArgumentParser) -> None:
 def checkpoint_cmd(args: argparse.Namespace, settings: Settings) -> int:
     from cosigner.audit.checkpoints import checkpoint_now
     from cosigner.db.database import Database
-    from cosigner.keys.keyring import Keyring
+    from cosigner.keys.store import open_keyring
 
     async def run() -> Any:
         db = Database(settings.database_url)
-        keyring = Keyring.load_or_create(settings.key_dir, now=system_clock(),
-                                         max_token_lifetime_s=settings.max_permit_ttl_s)
         try:
+            _, keyring = await open_keyring(db, settings, now=system_clock())
             return await checkpoint_now(db, keyring, tenant=args.tenant, now=system_clock())
         finally:
             await db.dispose()
@@ -155,7 +153,7 @@ def checkpoint_cmd(args: argparse.Namespace, settings: Settings) -> int:
 
 def record_rotation(settings: Settings, *, old_kid: str, new_kid: str) -> None:
     """Record ``key.rotated`` in the system chain; a failure is reported, not fatal
-    (the rotation itself already happened on disk)."""
+    (the rotation itself is already committed)."""
     from cosigner.audit.system import record_key_rotated
     from cosigner.core.errors import CosignerError
     from cosigner.db.database import Database

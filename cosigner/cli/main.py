@@ -137,15 +137,24 @@ def _add_key(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
-    from cosigner.keys.keyring import Keyring
+    """Rotate the shared signing key in the database; serving replicas follow it."""
+    from cosigner.db.database import Database
+    from cosigner.keys.store import open_keyring
 
-    keyring = Keyring.load_or_create(settings.key_dir, now=system_clock(),
-                                     max_token_lifetime_s=settings.max_permit_ttl_s)
-    old_kid = keyring.current_kid
-    new_kid = keyring.rotate(now=system_clock())
-    print(new_kid)
-    print("restart serving processes to sign with the new key", file=sys.stderr)
-    cli_audit.record_rotation(settings, old_kid=old_kid, new_kid=new_kid)
+    async def run() -> Any:
+        db = Database(settings.database_url)
+        try:
+            store, _ = await open_keyring(db, settings, now=system_clock())
+            return await store.rotate(now=system_clock())
+        finally:
+            await db.dispose()
+
+    rotation = asyncio.run(run())
+    print(rotation.new_kid)
+    print(f"published now; signs from {rotation.activates_at.isoformat()} on every replica "
+          f"(they reload within {settings.replica_poll_s} s; no restart needed)",
+          file=sys.stderr)
+    cli_audit.record_rotation(settings, old_kid=rotation.old_kid, new_kid=rotation.new_kid)
     return 0
 
 

@@ -7,11 +7,14 @@ Invalid values refuse to start (pydantic validation error), never fall back open
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -37,7 +40,19 @@ class Settings(BaseSettings):
     database_url: str = "sqlite+aiosqlite:///./var/cosigner.db"
     #: Folders scanned for policy bundles (Python-rule and Rego bundles alike).
     bundle_dirs: list[Path] = Field(default_factory=lambda: [Path("policies"), Path("rego")])
+    #: Key files of older versions (imported into the database once) and, without
+    #: ``key_encryption_key``, the generated key-encryption key file (one process only).
     key_dir: Path = Path("var/keys")
+    #: Key-encryption key of the signing keys stored in the database: 32 random bytes,
+    #: base64url (``python -c "import secrets; print(secrets.token_urlsafe(32))"``).
+    #: Every replica needs the same one.
+    key_encryption_key: SecretStr | None = None
+    #: How often each replica reads the shared state generations (signing keys, disabled
+    #: credentials) from the database; a change is followed within this plus one query.
+    replica_poll_s: float = Field(default=0.5, gt=0, le=10)
+    #: A rotated-in key is published at once and signs only this long after the rotation,
+    #: so every replica publishes it first (must exceed ``replica_poll_s``).
+    key_activation_delay_s: float = Field(default=2.0, ge=0, le=3600)
     max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=64 * 1024 * 1024)
     issuer: str = "cosigner"
     audience: str = "cosigner-executor"
@@ -93,6 +108,20 @@ class Settings(BaseSettings):
                              "flood on one name never locks its address")
         return value
 
+    @field_validator("key_encryption_key")
+    @classmethod
+    def _kek_is_32_bytes(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            decode_kek(value.get_secret_value())
+        return value
+
+    @model_validator(mode="after")
+    def _activation_after_poll(self) -> Settings:
+        if 0 < self.key_activation_delay_s <= self.replica_poll_s:
+            raise ValueError("key_activation_delay_s must exceed replica_poll_s (or be 0 "
+                             "for a single process)")
+        return self
+
     @field_validator("database_url")
     @classmethod
     def _supported_database(cls, value: str) -> str:
@@ -122,6 +151,19 @@ def parse_forwarded_allow_ips(value: Any) -> list[str]:
             raise ValueError(f"forwarded_allow_ips: {text!r} is not an IP address or "
                              "network") from None
     return networks
+
+
+def decode_kek(text: str) -> bytes:
+    """The 32 bytes of a base64url key-encryption key (padding optional); ValueError
+    otherwise (the message never contains the value)."""
+    stripped = text.strip()
+    try:
+        raw = base64.urlsafe_b64decode(stripped + "=" * (-len(stripped) % 4))
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 32 or not re.fullmatch(r"[A-Za-z0-9_-]+=*", stripped):
+        raise ValueError("key_encryption_key must be 32 bytes, base64url-encoded")
+    return raw
 
 
 def get_settings() -> Settings:

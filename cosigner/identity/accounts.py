@@ -45,6 +45,7 @@ from cosigner.audit.chain import Event, append
 from cosigner.core.clock import Clock
 from cosigner.core.errors import InvalidRequest, NotFound, Unauthenticated
 from cosigner.core.subjects import canonical_subject, subject_key
+from cosigner.db import generations
 from cosigner.db.database import Database
 from cosigner.db.tables import api_keys, principals
 from cosigner.db.tables_web import signin_failures, web_sessions
@@ -158,8 +159,8 @@ async def disable_principal(db: Database, *, tenant: str, name: str, clock: Cloc
     """Disable a principal: it can no longer sign in, its sessions end and its API keys
     are revoked. Returns ``{"sessions": n, "api_keys": m}`` (how many ended).
 
-    Replicas that cached one of its API keys may accept it for up to
-    :data:`cosigner.identity.principals.KEY_CACHE_TTL_S` more seconds.
+    The credential generation is bumped in the same transaction, so every replica drops
+    its cached API keys within ``replica_poll_s`` (:mod:`cosigner.db.replica_sync`).
 
     ``name`` in any spelling of the principal's subject.
 
@@ -180,6 +181,7 @@ async def disable_principal(db: Database, *, tenant: str, name: str, clock: Cloc
         keys = (await conn.execute(update(api_keys).where(
             api_keys.c.principal_id == row.id, api_keys.c.revoked_at.is_(None))
             .values(revoked_at=now))).rowcount
+        await generations.bump(conn, generations.CREDENTIALS)
         await append(conn, tenant, [Event(
             type="principal.disabled", actor=_actor(actor), principal=subject,
             payload={"principal_id": row.id, "subject": subject, "sessions_ended": sessions,

@@ -1,6 +1,6 @@
 """Principals (stable subject ids in one tenant, with roles) and their API keys.
 
-A principal's ``subject`` is stored in canonical form (:mod:`server.subjects`), unique per
+A principal's ``subject`` is stored in canonical form (:mod:`cosigner.core.subjects`), unique per
 tenant, so one person is one principal however their id is spelt; ``display_name`` keeps
 the spelling it was created with.
 
@@ -38,8 +38,8 @@ BUILTIN_ROLES = frozenset({"runtime", "auditor", "admin"})
 _ROLE_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _KEY_RE = re.compile(r"^csk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
-#: How long a verified key stays cached in process (s): a disabled key may still work
-#: this long on a replica that verified it just before.
+#: How long a looked-up key id (known or not) stays cached in process (s). A disable is
+#: followed sooner, through the credential generation (:meth:`KeyAuthenticator.observe`).
 KEY_CACHE_TTL_S = 10.0
 
 
@@ -93,7 +93,7 @@ async def get_or_create_principal(
 ) -> tuple[str, bool]:
     """Return ``(principal_id, created)``; an existing principal gains the given roles.
 
-    ``subject`` must already be canonical (:func:`server.subjects.canonical_subject`);
+    ``subject`` must already be canonical (:func:`cosigner.core.subjects.canonical_subject`);
     ``display_name`` is the spelling it was given in. The principal is found by its
     canonical subject; one created with another spelling of it is another person claiming
     the same identity, so it is refused (the same spelling again is the same principal).
@@ -161,11 +161,34 @@ async def create_api_key(
 
 
 class KeyAuthenticator:
-    """Verify ``Authorization: Bearer csk_...`` keys, with a short in-process cache."""
+    """Verify ``Authorization: Bearer csk_...`` keys, with a short in-process cache.
+
+    Known and unknown key ids cost the same (issue 13, fault 6): both are looked up in
+    the database once and then answered from the cache for :data:`KEY_CACHE_TTL_S` — a
+    known id with its caller, an unknown, revoked or disabled one as a negative entry —
+    with the same SHA-256 and :func:`hmac.compare_digest` either way.
+
+    The cache answers only while the credential generation is fresh
+    (:meth:`observe`, fed by :class:`cosigner.db.replica_sync.ReplicaSync`): a disable
+    committed by any process bumps it, which empties every replica's cache within one
+    poll; an entry read before a bump is never stored after it. Without fresh
+    observations (no poll loop, or the database unreachable) every check goes to the
+    database.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._cache: dict[str, tuple[float, str, Caller]] = {}
+        self._cache: dict[str, _CacheEntry] = {}
+        self._generation: int | None = None
+        self._fresh_until = 0.0  # time.monotonic() after which the cache is not trusted
+
+    def observe(self, generation: int, *, fresh_for_s: float) -> None:
+        """Record the credential generation just read from the database; a new one empties
+        the cache. The cache answers for ``fresh_for_s`` after this call."""
+        if generation != self._generation:
+            self._cache = {}
+            self._generation = generation
+        self._fresh_until = time.monotonic() + fresh_for_s
 
     async def authenticate(self, key: str) -> Caller:
         """Return the :class:`Caller` of an API key.
@@ -178,11 +201,19 @@ class KeyAuthenticator:
             raise Unauthenticated("invalid API key")
         key_id, secret = match.groups()
         secret_hash = hash_secret(secret)
-        cached = self._cache.get(key_id)
-        if cached is not None and cached[0] > time.monotonic():
-            if hmac.compare_digest(cached[1], secret_hash):
-                return cached[2]
-            raise Unauthenticated("invalid API key")
+        now = time.monotonic()
+        entry = self._cache.get(key_id) if now < self._fresh_until else None
+        if entry is None or entry.expires <= now:
+            entry = await self._lookup(key_id, now)
+        # The same comparison whether the id is known or not.
+        matches = hmac.compare_digest(entry.secret_hash, secret_hash)
+        if entry.caller is None or not matches:
+            raise Unauthenticated("API key revoked or principal disabled" if matches
+                                  else "invalid API key")
+        return entry.caller
+
+    async def _lookup(self, key_id: str, now: float) -> _CacheEntry:
+        generation, cache = self._generation, self._cache
         async with self._db.read() as conn:
             row = (await conn.execute(
                 select(api_keys.c.secret_hash, api_keys.c.revoked_at, principals.c.id,
@@ -191,17 +222,33 @@ class KeyAuthenticator:
                 .join(principals, principals.c.id == api_keys.c.principal_id)
                 .where(api_keys.c.id == key_id)
             )).first()
-        if row is None or not hmac.compare_digest(row.secret_hash, secret_hash):
-            raise Unauthenticated("invalid API key")
-        if row.revoked_at is not None or row.disabled:
-            raise Unauthenticated("API key revoked or principal disabled")
-        caller = Caller(tenant=row.tenant, principal_id=row.id, subject=row.subject,
-                        roles=frozenset(row.roles), kind="key")
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        self._cache[key_id] = (time.monotonic() + KEY_CACHE_TTL_S, row.secret_hash, caller)
-        return caller
+        expires = now + KEY_CACHE_TTL_S
+        if row is None:
+            entry = _CacheEntry(expires, _NO_SECRET, None)
+        elif row.revoked_at is not None or row.disabled:
+            entry = _CacheEntry(expires, row.secret_hash, None)
+        else:
+            entry = _CacheEntry(expires, row.secret_hash, Caller(
+                tenant=row.tenant, principal_id=row.id, subject=row.subject,
+                roles=frozenset(row.roles), kind="key"))
+        # Not stored when a new generation was observed meanwhile: the row may predate it.
+        if generation == self._generation and cache is self._cache:
+            if len(cache) > 10_000:
+                cache.clear()
+            cache[key_id] = entry
+        return entry
 
     def forget(self) -> None:
         """Drop cached keys (after a principal is disabled in this process)."""
-        self._cache.clear()
+        self._cache = {}
+
+
+@dataclass(frozen=True, slots=True)
+class _CacheEntry:
+    expires: float  # time.monotonic()
+    secret_hash: str
+    caller: Caller | None  # None: unknown id, revoked key or disabled principal
+
+
+#: Compared against when the id is unknown: no secret hashes to it (not hex).
+_NO_SECRET = "-" * 64

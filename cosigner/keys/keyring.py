@@ -18,8 +18,11 @@ The current key's ``jwk`` is private; a retired key's file keeps only the public
 retired key never signs again. ``kid`` is the RFC 7638 thumbprint of the public key and is
 checked against the key on load.
 
-Limitation: a running process does not notice rotations made by another process sharing the
-folder; replicas that share keys should rotate through one process and restart the others.
+The serving processes keep their keys in the database instead (:mod:`cosigner.keys.store`),
+and build the keyring with :meth:`Keyring.from_keys`: every key there carries an
+``activates_at``, so a new key is published at once but signs only from that instant, and
+:meth:`Keyring.advance` / :meth:`Keyring.install` move the keyring along that plan. The
+folder format stays the upgrade path: :func:`read_key_folder` reads it for the import.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -46,7 +49,8 @@ from joserfc.jwk import OKPKey
 
 from cosigner.core.errors import PermitRefused
 
-__all__ = ["ALGORITHM", "KeyInfo", "Keyring", "KeyringError", "MAX_TOKEN_CHARS"]
+__all__ = ["ALGORITHM", "KeyInfo", "Keyring", "KeyringError", "MAX_TOKEN_CHARS",
+           "read_key_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +82,18 @@ class KeyInfo:
     retired_at: datetime | None = None
     not_after: datetime | None = None
     """After this instant the public key need not be published any more (retired keys only)."""
+    activates_at: datetime | None = None
+    """From this instant the key may sign (None: from ``created_at``). It is published
+    before, so every verifier knows it before the first token it signs exists."""
+
+    @property
+    def signs_from(self) -> datetime:
+        return self.activates_at or self.created_at
+
+    def signs_at(self, now: datetime) -> bool:
+        """True when the key is the signing key's candidate at ``now`` (activated, not
+        retired)."""
+        return self.signs_from <= now and (self.retired_at is None or now < self.retired_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +125,10 @@ class Keyring:
         self._current_kid = current_kid
         self._max_lifetime = timedelta(seconds=max_token_lifetime_s)
         self._key_dir = key_dir
+        # Keys held by a keyring built with from_keys(): re-planned by advance()/install().
+        self._material: tuple[tuple[OKPKey, KeyInfo], ...] = ()
+        self._next_change: datetime | None = None
+        self._refresh: Callable[[], Awaitable[bool]] | None = None
 
     # --- construction -------------------------------------------------------------------
 
@@ -179,6 +199,57 @@ class Keyring:
             key_dir=key_dir,
         )
 
+    @classmethod
+    def from_keys(cls, keys: Sequence[tuple[OKPKey, KeyInfo]], *, now: datetime,
+                  max_token_lifetime_s: int) -> Keyring:
+        """A keyring over ``keys`` (private or public-only OKP keys with their metadata).
+
+        At ``now`` it publishes every key whose ``not_after`` has not passed (keys not yet
+        active included) and signs with the private key that :meth:`KeyInfo.signs_at`
+        ``now`` and activated last (ties: greatest kid).
+
+        Raises:
+            KeyringError: no key with a private part signs at ``now``.
+        """
+        _check_lifetime(max_token_lifetime_s)
+        signing_key, current_kid, entries, next_change = _plan(keys, _utc(now))
+        keyring = cls(signing_key=signing_key, entries=entries, current_kid=current_kid,
+                      max_token_lifetime_s=max_token_lifetime_s, key_dir=None)
+        keyring._material, keyring._next_change = tuple(keys), next_change
+        return keyring
+
+    def install(self, keys: Sequence[tuple[OKPKey, KeyInfo]], *, now: datetime) -> None:
+        """Replace the keys held by ``keys`` (a reload from storage), planned at ``now``
+        as in :meth:`from_keys`. Raises :class:`KeyringError` like it, changing nothing."""
+        signing_key, current_kid, entries, next_change = _plan(keys, _utc(now))
+        self._swap(signing_key, current_kid, entries)
+        self._material, self._next_change = tuple(keys), next_change
+
+    def advance(self, *, now: datetime) -> bool:
+        """Re-plan the keys held at ``now`` when an activation, retirement or expiry has
+        come due since the last plan; True when the plan changed."""
+        now = _utc(now)
+        if self._next_change is None or now < self._next_change:
+            return False
+        self.install(self._material, now=now)
+        return True
+
+    def on_unknown_kid(self, refresh: Callable[[], Awaitable[bool]]) -> None:
+        """Set how :meth:`refresh_for_unknown_kid` reloads the keys (storage's job)."""
+        self._refresh = refresh
+
+    async def refresh_for_unknown_kid(self) -> bool:
+        """Reload the keys from storage once (the hook rate-limits); True when it did and
+        a retried verification may now find a key another replica just published."""
+        return self._refresh is not None and await self._refresh()
+
+    def _swap(self, signing_key: OKPKey, current_kid: str, entries: dict[str, _Entry]) -> None:
+        # Whole objects, each assigned once, with no await in between: a verify or sign on
+        # the event loop sees the old plan or the new one, never a mix.
+        self._entries = entries
+        self._signing_key = signing_key
+        self._current_kid = current_kid
+
     # --- rotation -----------------------------------------------------------------------
 
     def rotate(self, *, now: datetime) -> str:
@@ -202,9 +273,7 @@ class Keyring:
         entries[old_info.kid] = replace(old_entry, info=old_info)
         entries[new_info.kid] = _make_entry(new_key, new_info)
         # Swap whole objects (no in-place mutation) so a concurrent verify sees a consistent map.
-        self._entries = entries
-        self._signing_key = new_key
-        self._current_kid = new_info.kid
+        self._swap(new_key, new_info.kid, entries)
         return new_info.kid
 
     # --- introspection ------------------------------------------------------------------
@@ -218,9 +287,10 @@ class Keyring:
         return int(self._max_lifetime.total_seconds())
 
     def keys(self) -> list[KeyInfo]:
-        """Metadata of every key held (current first)."""
+        """Metadata of every key held (current first, then unretired, then retired)."""
         infos = [entry.info for entry in self._entries.values()]
-        return sorted(infos, key=lambda info: info.retired_at is not None)
+        return sorted(infos, key=lambda info: (info.kid != self._current_kid,
+                                               info.retired_at is not None))
 
     def jwks(self, *, now: datetime) -> dict[str, list[dict[str, str]]]:
         """The JWK Set to publish: ``{"keys": [{kty, crv, x, kid, alg, use}, ...]}``.
@@ -300,6 +370,27 @@ class Keyring:
 # --- helpers ----------------------------------------------------------------------------
 
 
+def _plan(keys: Sequence[tuple[OKPKey, KeyInfo]], now: datetime
+          ) -> tuple[OKPKey, str, dict[str, _Entry], datetime | None]:
+    """(signing key, its kid, published entries, next instant the plan changes) at ``now``."""
+    entries: dict[str, _Entry] = {}
+    signer: tuple[OKPKey, KeyInfo] | None = None
+    changes: list[datetime] = []
+    for key, info in keys:
+        if info.not_after is not None and info.not_after <= now:
+            continue
+        entries[info.kid] = _make_entry(key, info)
+        changes += [t for t in (info.activates_at, info.retired_at, info.not_after)
+                    if t is not None and t > now]
+        if key.is_private and info.signs_at(now) and (
+                signer is None or (info.signs_from, info.kid)
+                > (signer[1].signs_from, signer[1].kid)):
+            signer = (key, info)
+    if signer is None:
+        raise KeyringError(f"no key with a private part signs at {now.isoformat()}")
+    return signer[0], signer[1].kid, entries, min(changes, default=None)
+
+
 def _check_lifetime(max_token_lifetime_s: int) -> None:
     if isinstance(max_token_lifetime_s, bool) or not isinstance(max_token_lifetime_s, int):
         raise TypeError("max_token_lifetime_s must be an int")
@@ -371,6 +462,19 @@ def _decode_json_segment(segment: str, *, what: str) -> dict[str, Any]:
 
 
 # --- storage ----------------------------------------------------------------------------
+
+
+def read_key_folder(key_dir: Path) -> list[tuple[OKPKey, KeyInfo]]:
+    """Every key file of ``key_dir`` (the pre-database format above), oldest first;
+    nothing is written. An absent folder holds no keys.
+
+    Raises:
+        KeyringError: a key file is unreadable, foreign, or does not match its kid.
+    """
+    if not key_dir.is_dir():
+        return []
+    loaded = [_read_key_file(path) for path in sorted(key_dir.glob("*.json"))]
+    return sorted(loaded, key=lambda pair: pair[1].created_at)
 
 
 def _tighten(path: Path, mode: int) -> None:

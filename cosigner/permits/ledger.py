@@ -221,6 +221,20 @@ def _state_refusal(row: Any, now: datetime) -> PermitRefused | None:
     return None
 
 
+async def _verify(deps: AppContext, token: str, now: datetime) -> PermitClaims:
+    """:func:`verify_permit_token`; a kid unknown here is looked up in the shared keyring
+    once (another replica may have signed with a key this one has not loaded yet)."""
+    settings = deps.settings
+    try:
+        return verify_permit_token(deps.keyring, token, now=now, issuer=settings.issuer,
+                                   audience=settings.audience)
+    except PermitRefused as exc:
+        if exc.code != "unknown_kid" or not await deps.keyring.refresh_for_unknown_kid():
+            raise
+    return verify_permit_token(deps.keyring, token, now=now, issuer=settings.issuer,
+                               audience=settings.audience)
+
+
 async def redeem(deps: AppContext, caller: Caller, *, token: str, tool: str, args: dict[str, Any]
                  ) -> dict[str, Any]:
     """Redeem a permit for one exact call, right before it runs (single use, invariant 4).
@@ -251,8 +265,7 @@ async def redeem(deps: AppContext, caller: Caller, *, token: str, tool: str, arg
     presented_hash = args_hash(args)
     claims: PermitClaims | None = None
     try:
-        claims = verify_permit_token(deps.keyring, token, now=now, issuer=deps.settings.issuer,
-                                     audience=deps.settings.audience)
+        claims = await _verify(deps, token, now)
         check_binding(claims, tenant=caller.tenant, tool=tool, args_hash=presented_hash)
         async with deps.db.read() as conn:
             # The permit's state and the recorded call input, in one statement.
