@@ -23,7 +23,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals.reviews import (
     SYSTEM_ACTOR,
-    actor,
     event,
     expire,
     is_due,
@@ -181,7 +180,7 @@ async def request_review(deps: AppContext, caller: Caller, *, decision_id: str,
         input_doc, mask = stored
         events = await permit_ledger.withhold(conn, tenant=caller.tenant,
                                               decision_id=decision_id, now=now,
-                                              actor=actor(caller))
+                                              actor=caller.actor())
         call = CallFacts(
             tenant=caller.tenant, decision_id=decision_id, run_id=decision.run_id,
             tool=decision.tool, args=input_doc["args"], args_hash=decision.args_hash,
@@ -189,7 +188,7 @@ async def request_review(deps: AppContext, caller: Caller, *, decision_id: str,
             principal=input_doc["principal"], policy=bundle.ref() if bundle else None,
             reasons=[{"code": "review_requested", "message": reason[:500]}])
         brief, opened = await open_request(
-            conn, deps.settings, call=call, requirement=requirement, opened_by=actor(caller),
+            conn, deps.settings, call=call, requirement=requirement, opened_by=caller.actor(),
             now=now, kind="runtime_review", reason=reason[:500])
         await append(conn, caller.tenant, events + opened, now=now)
         row = await load(conn, caller.tenant, brief["id"], lock=False)
@@ -198,23 +197,14 @@ async def request_review(deps: AppContext, caller: Caller, *, decision_id: str,
 
 
 async def record_gate(conn: AsyncConnection, settings: Settings, caller: Caller, *,
-                      response: dict[str, Any], requirement: ApprovalRequirement | None,
+                      response: dict[str, Any], requirement: ApprovalRequirement,
                       input_doc: dict[str, Any], mask: tuple[str, ...],
                       now: datetime) -> list[Event]:
-    """Called by ``decisions.decide`` inside its transaction, before the decision event.
-
-    For ``allow`` and ``require_approval`` the policy input is stored (redeem re-checks the
-    active policy on it); for ``require_approval`` the request is opened or joined and
-    ``response["approval"]`` becomes its brief state. Returns the approval events.
-    """
-    effect = response["effect"]
-    if effect not in ("allow", "require_approval"):
-        return []
+    """Open or join the approval request of a ``require_approval`` decision, in the
+    decision plan's transaction (:meth:`cosigner.decisions.plan.DecisionPlan.apply`, after
+    it stored the call input). ``response["approval"]`` becomes the request's brief state.
+    Returns the approval events."""
     decision_id = response["decision_id"]
-    await permit_ledger.store_call_input(conn, tenant=caller.tenant, decision_id=decision_id,
-                                         input_doc=input_doc, mask=mask)
-    if effect != "require_approval" or requirement is None:
-        return []
     call = CallFacts(
         tenant=caller.tenant, decision_id=decision_id, run_id=input_doc["run"]["id"],
         tool=input_doc["tool"]["name"], args=input_doc["args"],
@@ -222,5 +212,5 @@ async def record_gate(conn: AsyncConnection, settings: Settings, caller: Caller,
         principal=input_doc["principal"], policy=response["policy"],
         reasons=response["reasons"])
     response["approval"], events = await open_request(
-        conn, settings, call=call, requirement=requirement, opened_by=actor(caller), now=now)
+        conn, settings, call=call, requirement=requirement, opened_by=caller.actor(), now=now)
     return events

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cosigner.approvals.reviews import actor, event, load, reviews_of
+from cosigner.approvals.reviews import event, load, reviews_of
 from cosigner.approvals.views import view
 from cosigner.audit.chain import Event, append
 from cosigner.core.errors import (
@@ -139,7 +139,7 @@ async def withdraw(deps: AppContext, caller: Caller, approval_id: str, *,
     if not reason_text.strip():
         raise InvalidRequest("withdrawing a rejection needs a reason", code="reason_required")
     now: datetime = deps.clock()
-    who = actor(caller)
+    who = caller.actor()
     async with deps.db.transaction() as conn:
         row = await load(conn, caller.tenant, approval_id, lock=True)
         if row is None:

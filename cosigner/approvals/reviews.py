@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from cosigner.core.settings import Settings
     from cosigner.db.database import Database
 
-__all__ = ["STATES", "SYSTEM_ACTOR", "TERMINAL", "TRANSITIONS", "actor", "aware", "cancel",
+__all__ = ["STATES", "SYSTEM_ACTOR", "TERMINAL", "TRANSITIONS", "aware", "cancel",
            "display_args", "event", "expire", "expire_due", "expire_if_due", "is_due", "load",
            "notify", "review", "reviews_of", "transition"]
 
@@ -70,11 +70,6 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 TERMINAL = frozenset(state for state, nxt in TRANSITIONS.items() if not nxt)
 SYSTEM_ACTOR: dict[str, Any] = {"subject": "system", "principal_id": None, "kind": "system"}
 MAX_COMMENT_CHARS = 2000
-
-
-def actor(caller: Caller) -> dict[str, Any]:
-    """The ``actor`` recorded in events (same shape as :func:`cosigner.decisions.pdp.actor_of`)."""
-    return {"subject": caller.subject, "principal_id": caller.principal_id, "kind": caller.kind}
 
 
 def aware(moment: datetime) -> datetime:
@@ -192,7 +187,7 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
     if decision == "rejected" and not comment.strip():
         raise InvalidRequest("a rejection needs a comment", code="comment_required")
     now = deps.clock()
-    who = actor(caller)
+    who = caller.actor()
     refusal: CosignerError | None = None
     state: dict[str, Any] = {}
     async with deps.db.transaction() as conn:
@@ -223,7 +218,7 @@ def _refused(row: Any, who: dict[str, Any], decision: str,
 async def _review_locked(deps: AppContext, conn: AsyncConnection, caller: Caller, row: Any,
                          decision: str, comment: str, now: datetime
                          ) -> tuple[CosignerError | None, list[Event]]:
-    who = actor(caller)
+    who = caller.actor()
     requirement = parse_requirement(row.requirement)
     held = caller.roles & quorum.required_roles(requirement)
     if not held:
@@ -329,7 +324,7 @@ async def cancel(deps: AppContext, caller: Caller, approval_id: str) -> dict[str
     """
     caller.require("runtime")
     now = deps.clock()
-    who = actor(caller)
+    who = caller.actor()
     error: CosignerError | None = None
     async with deps.db.transaction() as conn:
         row = await load(conn, caller.tenant, approval_id, lock=True)

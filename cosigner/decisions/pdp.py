@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cosigner.approvals import opening as approval_requests
 from cosigner.approvals import rejections
 from cosigner.audit.chain import Event, append
 from cosigner.context import AppContext
@@ -32,11 +31,10 @@ from cosigner.core.settings import Settings
 from cosigner.db.batch import Item, Write, savepoint_runner
 from cosigner.db.database import Database, UniqueViolation
 from cosigner.db.group_commit import GroupCommitter
-from cosigner.db.tables import decisions, permits
-from cosigner.db.tables_approvals import call_inputs
+from cosigner.db.tables import decisions
+from cosigner.decisions.plan import Assumed, Call, DecisionPlan
 from cosigner.identity.principals import Caller
-from cosigner.permits import ledger as permit_ledger
-from cosigner.policy.result import PolicyResult, deny
+from cosigner.policy.result import deny
 from cosigner.policy.store import Evaluation
 from cosigner.runs import contracts
 
@@ -55,15 +53,6 @@ class DecisionRequest:
     args: dict[str, Any]
     context: dict[str, Any]
     raw: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Assumed:
-    """What a prepared decision took for granted, confirmed by its group-commit batch:
-    ``run`` has no contract; ``call`` (an ``allow``) has no standing rejection."""
-
-    run: tuple[str, str]
-    call: rejections.Call | None
 
 
 def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item]:
@@ -105,18 +94,6 @@ def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item
     return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=confirm),
                           max_batch=settings.log_batch_max,
                           max_wait_s=settings.log_batch_wait_ms / 1000)
-
-
-def permit_ttl(result: PolicyResult, settings: Settings) -> int:
-    """Permit lifetime (s) for an ``allow``: the policy's ``permit_ttl_s`` or the default,
-    capped by ``max_permit_ttl_s``."""
-    return min(result.permit_ttl_s or settings.permit_ttl_s, settings.max_permit_ttl_s)
-
-
-def actor_of(caller: Caller) -> dict[str, Any]:
-    """The ``actor`` object recorded in events: who authenticated."""
-    return {"subject": caller.subject, "principal_id": caller.principal_id,
-            "kind": caller.kind}
 
 
 def input_document(caller: Caller, req: DecisionRequest, *, now: str,
@@ -188,7 +165,6 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
                   read_contract: bool, locked: bool) -> dict[str, Any]:
     tenant = caller.tenant
     a_hash = compute_args_hash(req.args)
-    request_hash = hash_bytes(canonicalize(req.raw))
     # No idempotency pre-read: the unique (tenant, request_id) key catches a retry when
     # its write lands, and the stored first decision is answered then (rare path).
     run_state: contracts.RunState | None = None
@@ -196,7 +172,6 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
         async with deps.db.read() as conn:
             run_state = await contracts.load(conn, tenant, req.run["id"])
     # Without a contract (read or assumed), the write confirms the run still has none.
-    assumes_none = (tenant, req.run["id"]) if run_state is None else None
 
     snapshot = deps.store.snapshot
     now = deps.clock()
@@ -220,130 +195,25 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
             spec.validate(req.args)  # raises InvalidArgs before any policy runs
             mask = tuple(spec.mask)
         evaluation = await deps.store.evaluate(tenant, input_doc, snapshot=snapshot)
-    result = evaluation.result
-    mask = mask + result.mask
-    decision_id = str(uuid.uuid4())
-    response: dict[str, Any] = {
-        "decision_id": decision_id,
-        "request_id": req.request_id,
-        "effect": result.effect,
-        "reasons": [r.as_dict() for r in result.reasons],
-        "policy": evaluation.policy,
-        "args_hash": a_hash,
-        "permit": None,
-        "approval": None,
-    }
-    if result.effect == "require_approval" and result.approval is not None:
-        response["approval"] = {"status": "pending", **result.approval.as_dict()}
-    def decision_row() -> dict[str, Any]:
-        policy = evaluation.policy or {}
-        return {"id": decision_id, "tenant": tenant, "request_id": req.request_id,
-                "request_hash": request_hash, "run_id": req.run["id"], "tool": tool_name,
-                "args_hash": a_hash, "effect": response["effect"], "caller": caller.subject,
-                "policy_id": policy.get("id"), "policy_version": policy.get("version"),
-                "policy_revision": policy.get("revision"), "response": response,
-                "created_at": now}
-
-    def prepared() -> Write:
-        # allow / deny outside any run contract: rows and events only, no statement to run
-        # under the lock, so the batch inserts them with every other decision's rows.
-        events = [_decision_event(caller, req, response, evaluation, mask)]
-        rows: list[tuple[Table, dict[str, Any]]] = [(decisions, decision_row())]
-        if response["effect"] == "allow":
-            permit, permit_event, permit_row = permit_ledger.prepare_permit(
-                deps.keyring, deps.settings, tenant=tenant, run_id=req.run["id"],
-                decision_id=decision_id, approval_id=None, tool=tool_name, args_hash=a_hash,
-                policy=evaluation.policy or {}, approvers=[], now=now,
-                ttl_s=permit_ttl(result, deps.settings), actor=actor_of(caller))
-            response["permit"] = permit
-            events.append(permit_event)
-            rows.append((permits, permit_row))
-            rows.append((call_inputs, permit_ledger.call_input_row(
-                tenant=tenant, decision_id=decision_id, input_doc=input_doc, mask=mask)))
-        assert assumes_none is not None  # prepared only without a run contract
-        call = (tenant, req.run["id"], tool_name, a_hash) if response["effect"] == "allow" \
-            else None
-        return Write(tenant, [replace(e, time=now) for e in events], response, rows,
-                     assumes=Assumed(run=assumes_none, call=call))
-
-    initial = dict(response)
-
-    async def work(conn: AsyncConnection) -> Write:
-        # Runs in the group-commit batch, under the write lock; again from the start when
-        # the batch is redone (item by item after a failure, or after PostgreSQL broke a
-        # deadlock), so it resets what an earlier attempt put in ``response``.
-        response.clear()
-        response.update(initial)
-        # A person rejected this call in this run: deny whatever the policy said, open
-        # nothing, count nothing (one indexed read; standing rejections are few).
-        rejected = None if result.effect == "deny" else await rejections.standing(
-            conn, tenant=tenant, run_id=req.run["id"], tool=tool_name, args_hash=a_hash)
-        if rejected is not None:
-            response.update(effect="deny", reasons=[rejected.as_dict()], approval=None)
-        # Re-check and count the run contract here: concurrent calls cannot overspend.
-        refused = await contracts.check_and_count(
-            conn, tenant=tenant, run_id=req.run["id"], tool=tool_name, now=now,
-            count=response["effect"] != "deny", assumed_none=assumes_none is not None)
-        if refused is not None and rejected is None:
-            response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
-        # Stores the input for redeem-time re-evaluation; opens/joins the approval.
-        gate_events = await approval_requests.record_gate(
-            conn, deps.settings, caller, response=response, requirement=result.approval,
-            input_doc=input_doc, mask=mask, now=now)
-        events = [_decision_event(caller, req, response, evaluation, mask), *gate_events]
-        if response["effect"] == "allow":
-            permit, permit_event = await permit_ledger.issue(
-                conn, deps.keyring, deps.settings, tenant=tenant,
-                run_id=req.run["id"], decision_id=decision_id, approval_id=None,
-                tool=tool_name, args_hash=a_hash, policy=evaluation.policy or {},
-                approvers=[], now=now, ttl_s=permit_ttl(result, deps.settings),
-                actor=actor_of(caller))
-            response["permit"] = permit
-            events.append(permit_event)
-        await conn.execute(decisions.insert(), decision_row())
-        return Write(tenant, [replace(e, time=now) for e in events], response)
-
-    simple = not locked and run_state is None and result.effect in ("allow", "deny")
+    plan = DecisionPlan(
+        deps=deps, call=Call(
+            caller=caller, request_id=req.request_id,
+            request_hash=hash_bytes(canonicalize(req.raw)), run=req.run,
+            principal=req.principal, initiator=req.initiator, tool=req.tool, args=req.args,
+            context=req.context, args_hash=a_hash),
+        decision_id=str(uuid.uuid4()), now=now, evaluation=evaluation, input_doc=input_doc,
+        mask=mask + evaluation.result.mask, contract=run_state is not None, locked=locked)
     try:
-        written: Write = await deps.log_writer.submit(prepared() if simple else work)
+        written: Write = await deps.log_writer.submit(plan.item())
     except UniqueViolation:
         # A concurrent retry with the same request_id won the insert: answer with it.
         async with deps.db.read() as conn:
             row = await _existing(conn, tenant, req.request_id)
         if row is None:
             raise
-        return _replay(row, request_hash)
+        return _replay(row, plan.call.request_hash)
     final: dict[str, Any] = written.result
     return final
-
-
-def _decision_event(caller: Caller, req: DecisionRequest, response: dict[str, Any],
-                    evaluation: Evaluation, mask: tuple[str, ...]) -> Event:
-    payload: dict[str, Any] = {
-        "request_id": req.request_id,
-        "reasons": response["reasons"],
-        "principal": req.principal,
-        "initiator": req.initiator,
-        "run": req.run,
-        "tool": req.tool,
-        # Masked by audit.append before hashing (catalogue + policy paths, secret keys).
-        "args": req.args,
-        "context": req.context,
-        "eval_us": evaluation.elapsed_us,
-    }
-    if evaluation.shadow is not None:
-        payload["shadow"] = {"policy": evaluation.shadow_policy,
-                             "effect": evaluation.shadow.effect,
-                             "reasons": [r.as_dict() for r in evaluation.shadow.reasons],
-                             "agrees": evaluation.shadow.effect == evaluation.result.effect}
-    if response.get("approval"):
-        payload["approval"] = response["approval"]
-    return Event(
-        type="decision.made", actor=actor_of(caller), decision_id=response["decision_id"],
-        run_id=req.run["id"], tool=req.tool["name"], args_hash=response["args_hash"],
-        effect=response["effect"], principal=str(req.principal.get("id")),
-        policy=evaluation.policy, payload=payload,
-        mask=tuple("/args" + pointer for pointer in mask))
 
 
 async def record_refusal(deps: AppContext, caller: Caller, *, code: str, detail: str,
@@ -353,7 +223,7 @@ async def record_refusal(deps: AppContext, caller: Caller, *, code: str, detail:
 
     ``detail`` must not contain argument values (masking, invariant 10).
     """
-    event = Event(type="request.refused", actor=actor_of(caller), run_id=run_id, tool=tool,
+    event = Event(type="request.refused", actor=caller.actor(), run_id=run_id, tool=tool,
                   effect="refused",
                   payload={"request_id": request_id, "code": code, "detail": detail[:500]})
     try:

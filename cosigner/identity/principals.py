@@ -64,6 +64,10 @@ class Caller:
     def approver_roles(self) -> frozenset[str]:
         return self.roles - BUILTIN_ROLES
 
+    def actor(self) -> dict[str, Any]:
+        """The ``actor`` object recorded in decision-log events: who authenticated."""
+        return {"subject": self.subject, "principal_id": self.principal_id, "kind": self.kind}
+
 
 def is_approver_role(role: str) -> bool:
     """True when ``role`` is a role an approval requirement may name: a valid role name and

@@ -82,22 +82,16 @@ async def issue(
 # --- stored call input ---------------------------------------------------------------------
 
 
-async def store_call_input(conn: AsyncConnection, *, tenant: str, decision_id: str,
-                           input_doc: dict[str, Any], mask: tuple[str, ...]) -> None:
-    """Keep the policy input of a decided call (without ``now``) for re-evaluation.
+def call_input_row(*, tenant: str, decision_id: str, input_doc: dict[str, Any],
+                   mask: tuple[str, ...]) -> dict[str, Any]:
+    """The ``call_inputs`` row that keeps the policy input of a decided call (without
+    ``now``) for redeem-time re-evaluation.
 
     Stored masked like the decision log (``mask`` paths of ``args`` plus always-secret keys
     anywhere, :mod:`cosigner.audit.masking`): redeem re-evaluates with the *presented* args
     (bound to the permit by hash), so the stored args are never needed in clear. Context
     values under always-secret keys are seen as ``"•••"`` by the redeem-time re-check.
     """
-    await conn.execute(call_inputs.insert(), call_input_row(
-        tenant=tenant, decision_id=decision_id, input_doc=input_doc, mask=mask))
-
-
-def call_input_row(*, tenant: str, decision_id: str, input_doc: dict[str, Any],
-                   mask: tuple[str, ...]) -> dict[str, Any]:
-    """The ``call_inputs`` row values :func:`store_call_input` writes (masked, no ``now``)."""
     kept = {k: v for k, v in input_doc.items() if k != "now"}
     return {"decision_id": decision_id, "tenant": tenant,
             "input": mask_value(kept, ["/args" + pointer for pointer in mask]),
@@ -167,16 +161,11 @@ async def revoke(deps: AppContext, caller: Caller, jti: str) -> dict[str, Any]:
             raise PermitRefused("the permit was already redeemed", code="already_redeemed")
         if row.status == "issued" and await _mark_revoked(conn, jti, now):
             await append(conn, caller.tenant,
-                         [_revoked_event(row, _actor(caller), "revoked")], now=now)
+                         [_revoked_event(row, caller.actor(), "revoked")], now=now)
     return {"jti": jti, "status": "revoked"}
 
 
 # --- redeem --------------------------------------------------------------------------------
-
-
-def _actor(caller: Caller) -> dict[str, Any]:
-    return {"subject": caller.subject, "principal_id": caller.principal_id,
-            "kind": caller.kind}
 
 
 _PERMIT_ROW = select(permits_table).where(permits_table.c.jti == bindparam("jti"),
@@ -309,7 +298,7 @@ async def redeem(deps: AppContext, caller: Caller, *, token: str, tool: str, arg
 
 def _claims_event(kind: str, caller: Caller, claims: PermitClaims,
                   payload: dict[str, Any]) -> Event:
-    return Event(type=kind, actor=_actor(caller), decision_id=claims.decision_id,
+    return Event(type=kind, actor=caller.actor(), decision_id=claims.decision_id,
                  approval_id=claims.approval_id, permit_jti=claims.jti, run_id=claims.run,
                  tool=claims.tool, args_hash=claims.args_hash,
                  policy={"id": claims.policy["id"], "version": claims.policy["version"],
@@ -324,7 +313,7 @@ def _refusal_event(caller: Caller, exc: PermitRefused, claims: PermitClaims | No
         return _claims_event("permit.refused", caller, claims,
                              {"code": exc.code, "presented_tool": tool,
                               "presented_args_hash": presented_hash})
-    return Event(type="permit.refused", actor=_actor(caller), tool=tool,
+    return Event(type="permit.refused", actor=caller.actor(), tool=tool,
                  args_hash=presented_hash, payload={"code": exc.code})
 
 

@@ -27,7 +27,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cosigner.audit.chain import Event, append
 from cosigner.core.errors import Forbidden
-from cosigner.decisions.pdp import actor_of
 from cosigner.web import sessions
 
 log = logging.getLogger("cosigner.web")
@@ -116,7 +115,7 @@ async def _record(request: Request, code: str, reason: str) -> None:
                                      idle_timeout_s=deps.settings.session_idle_timeout_s)
         if caller is None:
             return
-        event = Event(type="web.request_refused", actor=actor_of(caller),
+        event = Event(type="web.request_refused", actor=caller.actor(),
                       payload={"code": code, "method": request.method,
                                "path": request.url.path[:200], "reason": reason})
         async with deps.db.transaction() as conn:

@@ -12,7 +12,7 @@ import pytest
 from cosigner.core.canonical import args_hash, canonicalize, parse_json
 from cosigner.core.errors import InvalidJSON
 
-VECTORS = json.loads((Path(__file__).parent / "canonical_vectors.json").read_text("utf-8"))
+VECTORS = json.loads((Path(__file__).parents[1] / "canonical_vectors.json").read_text("utf-8"))
 
 
 @pytest.mark.parametrize("vector", VECTORS["accept"], ids=lambda v: v["description"])

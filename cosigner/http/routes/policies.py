@@ -7,7 +7,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import Field
 
-from cosigner.decisions.pdp import actor_of
 from cosigner.http.body import openapi_body, strict_body
 from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
 from cosigner.http.models.decisions import Wire
@@ -30,7 +29,7 @@ def _context(request: Request, caller: Any) -> dict[str, Any]:
         "store": deps.store,
         "db": deps.db,
         "tenant": caller.tenant,
-        "actor": actor_of(caller),
+        "actor": caller.actor(),
         "now": deps.clock(),
     }
 

@@ -1,0 +1,222 @@
+"""The decision plan: everything one decision writes, built once, written one of two ways.
+
+A :class:`DecisionPlan` holds what :func:`cosigner.decisions.pdp.decide` evaluated (the
+policy's result, the input document, the mask) and turns it into the writes of one
+decision: the ``decisions`` row, its ``decision.made`` event, for ``allow`` the permit (row
+and ``permit.minted`` event), for ``allow`` and ``require_approval`` the stored call input
+(what redeem re-evaluates), for ``require_approval`` the approval request to open or join,
+and the run contract's counters. The group committer (:mod:`cosigner.db.batch`) takes the
+plan's :meth:`DecisionPlan.item`:
+
+* :meth:`prepared` — an ``allow`` or ``deny`` outside any run contract and not known to be
+  rejected: the rows and events only, bulk-inserted with the batch's other decisions;
+  what it assumes (no run contract, no standing rejection) is confirmed by the batch under
+  the write lock, and a refuted assumption decides again on the locked path.
+* :meth:`apply` — everything else, run under the write lock: a standing rejection and the
+  run contract's counters are checked first (either may turn the effect into ``deny``),
+  then the same rows as :meth:`prepared` are written, plus the approval request.
+
+Both build their rows with :meth:`_writes`, so the two paths cannot drift apart. ``apply``
+may run more than once (a batch redone item by item after a failure); every run starts
+from the plan's initial response.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Table
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cosigner.approvals import opening as approval_requests
+from cosigner.approvals import rejections
+from cosigner.audit.chain import Event
+from cosigner.context import AppContext
+from cosigner.db.batch import Item, Write
+from cosigner.db.tables import decisions, permits
+from cosigner.db.tables_approvals import call_inputs
+from cosigner.identity.principals import Caller
+from cosigner.permits import ledger as permit_ledger
+from cosigner.policy.store import Evaluation
+from cosigner.runs import contracts
+
+
+@dataclass(frozen=True, slots=True)
+class Assumed:
+    """What a prepared decision took for granted, confirmed by its group-commit batch:
+    ``run`` has no contract; ``call`` (an ``allow``) has no standing rejection."""
+
+    run: tuple[str, str]
+    call: rejections.Call | None
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """The request as decided: who asked, on whose behalf, which tool with which args."""
+
+    caller: Caller
+    request_id: str
+    request_hash: str
+    run: dict[str, Any]
+    principal: dict[str, Any]
+    initiator: dict[str, Any]
+    tool: dict[str, Any]
+    args: dict[str, Any]
+    context: dict[str, Any]
+    args_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionPlan:
+    """What one decision writes (see the module docstring). ``now`` is the decision time
+    (UTC); ``mask`` the JSON pointers under ``args`` never stored in clear; ``contract``
+    whether the run's contract was read (its counters are then checked under the lock)."""
+
+    deps: AppContext
+    call: Call
+    decision_id: str
+    now: datetime
+    evaluation: Evaluation
+    input_doc: dict[str, Any]
+    mask: tuple[str, ...]
+    contract: bool
+    locked: bool
+
+    @property
+    def tenant(self) -> str:
+        return self.call.caller.tenant
+
+    @property
+    def run_id(self) -> str:
+        return str(self.call.run["id"])
+
+    def initial_response(self) -> dict[str, Any]:
+        """The Decision v1 object as the policy answered, before any write-time check."""
+        result = self.evaluation.result
+        approval = None
+        if result.effect == "require_approval" and result.approval is not None:
+            approval = {"status": "pending", **result.approval.as_dict()}
+        return {"decision_id": self.decision_id, "request_id": self.call.request_id,
+                "effect": result.effect, "reasons": [r.as_dict() for r in result.reasons],
+                "policy": self.evaluation.policy, "args_hash": self.call.args_hash,
+                "permit": None, "approval": approval}
+
+    def item(self) -> Item:
+        """What the group committer runs: the prepared rows, or :meth:`apply`."""
+        simple = (not self.locked and not self.contract
+                  and self.evaluation.result.effect in ("allow", "deny"))
+        return self.prepared() if simple else self.apply
+
+    def prepared(self) -> Write:
+        """The rows and events of an ``allow``/``deny`` outside any run contract."""
+        response = self.initial_response()
+        events, rows = self._writes(response)
+        allowed = response["effect"] == "allow"
+        call = (self.tenant, self.run_id, self.call.tool["name"], self.call.args_hash)
+        return Write(self.tenant, events, response, rows, assumes=Assumed(
+            run=(self.tenant, self.run_id), call=call if allowed else None))
+
+    async def apply(self, conn: AsyncConnection) -> Write:
+        """Check, then write, under the write lock (the batch's transaction)."""
+        response = self.initial_response()
+        tool = self.call.tool["name"]
+        # A person rejected this call in this run: deny whatever the policy said, open
+        # nothing, count nothing (one indexed read; standing rejections are few).
+        rejected = None if response["effect"] == "deny" else await rejections.standing(
+            conn, tenant=self.tenant, run_id=self.run_id, tool=tool,
+            args_hash=self.call.args_hash)
+        if rejected is not None:
+            response.update(effect="deny", reasons=[rejected.as_dict()], approval=None)
+        # Re-check and count the run contract here: concurrent calls cannot overspend.
+        refused = await contracts.check_and_count(
+            conn, tenant=self.tenant, run_id=self.run_id, tool=tool, now=self.now,
+            count=response["effect"] != "deny", assumed_none=not self.contract)
+        if refused is not None and rejected is None:
+            response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
+        approval_events: list[Event] = []
+        requirement = self.evaluation.result.approval
+        if response["effect"] == "require_approval" and requirement is not None:
+            await conn.execute(call_inputs.insert(), self._call_input_row())
+            approval_events = await approval_requests.record_gate(
+                conn, self.deps.settings, self.call.caller, response=response,
+                requirement=requirement, input_doc=self.input_doc, mask=self.mask,
+                now=self.now)
+        events, rows = self._writes(response)
+        for table, row in rows:
+            await conn.execute(table.insert(), row)
+        return Write(self.tenant, events[:1] + approval_events + events[1:], response)
+
+    def _writes(self, response: dict[str, Any]
+                ) -> tuple[list[Event], list[tuple[Table, dict[str, Any]]]]:
+        """The events and rows of ``response``: the decision event (and the permit's for
+        an ``allow``), the decision row, and for an ``allow`` the permit row and the call
+        input. Fills in ``response["permit"]``."""
+        events = [decision_event(self.call, response, self.evaluation, self.mask)]
+        rows: list[tuple[Table, dict[str, Any]]] = [(decisions, self._decision_row(response))]
+        if response["effect"] == "allow":
+            settings = self.deps.settings
+            permit, permit_event, permit_row = permit_ledger.prepare_permit(
+                self.deps.keyring, settings, tenant=self.tenant, run_id=self.run_id,
+                decision_id=self.decision_id, approval_id=None, tool=self.call.tool["name"],
+                args_hash=self.call.args_hash, policy=self.evaluation.policy or {},
+                approvers=[], now=self.now, ttl_s=permit_ttl(self), actor=self.call.caller.actor())
+            response["permit"] = permit
+            events.append(permit_event)
+            rows.append((permits, permit_row))
+            rows.append((call_inputs, self._call_input_row()))
+        return [replace(e, time=self.now) for e in events], rows
+
+    def _call_input_row(self) -> dict[str, Any]:
+        return permit_ledger.call_input_row(tenant=self.tenant, decision_id=self.decision_id,
+                                            input_doc=self.input_doc, mask=self.mask)
+
+    def _decision_row(self, response: dict[str, Any]) -> dict[str, Any]:
+        policy = self.evaluation.policy or {}
+        return {"id": self.decision_id, "tenant": self.tenant,
+                "request_id": self.call.request_id, "request_hash": self.call.request_hash,
+                "run_id": self.run_id, "tool": self.call.tool["name"],
+                "args_hash": self.call.args_hash, "effect": response["effect"],
+                "caller": self.call.caller.subject, "policy_id": policy.get("id"),
+                "policy_version": policy.get("version"),
+                "policy_revision": policy.get("revision"), "response": response,
+                "created_at": self.now}
+
+
+def permit_ttl(plan: DecisionPlan) -> int:
+    """Permit lifetime (s) for an ``allow``: the policy's ``permit_ttl_s`` or the default,
+    capped by ``max_permit_ttl_s``."""
+    settings = plan.deps.settings
+    ttl = plan.evaluation.result.permit_ttl_s or settings.permit_ttl_s
+    return min(ttl, settings.max_permit_ttl_s)
+
+
+def decision_event(call: Call, response: dict[str, Any], evaluation: Evaluation,
+                   mask: tuple[str, ...]) -> Event:
+    """The ``decision.made`` event of ``response`` (args masked by ``audit.append``)."""
+    payload: dict[str, Any] = {
+        "request_id": call.request_id,
+        "reasons": response["reasons"],
+        "principal": call.principal,
+        "initiator": call.initiator,
+        "run": call.run,
+        "tool": call.tool,
+        # Masked by audit.append before hashing (catalogue + policy paths, secret keys).
+        "args": call.args,
+        "context": call.context,
+        "eval_us": evaluation.elapsed_us,
+    }
+    if evaluation.shadow is not None:
+        payload["shadow"] = {"policy": evaluation.shadow_policy,
+                             "effect": evaluation.shadow.effect,
+                             "reasons": [r.as_dict() for r in evaluation.shadow.reasons],
+                             "agrees": evaluation.shadow.effect == evaluation.result.effect}
+    if response.get("approval"):
+        payload["approval"] = response["approval"]
+    return Event(
+        type="decision.made", actor=call.caller.actor(),
+        decision_id=response["decision_id"], run_id=call.run["id"], tool=call.tool["name"],
+        args_hash=response["args_hash"], effect=response["effect"],
+        principal=str(call.principal.get("id")), policy=evaluation.policy, payload=payload,
+        mask=tuple("/args" + pointer for pointer in mask))
