@@ -44,12 +44,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.audit.chain import Event, append
 from cosigner.core.clock import Clock
 from cosigner.core.errors import InvalidRequest, NotFound, Unauthenticated
+from cosigner.core.roles import validate_roles
 from cosigner.core.subjects import canonical_subject, subject_key
 from cosigner.db import generations
 from cosigner.db.database import Database
 from cosigner.db.tables import api_keys, principals
 from cosigner.db.tables_web import signin_failures, web_sessions
-from cosigner.identity.principals import _TENANT_RE, Caller, get_or_create_principal, validate_roles
+from cosigner.identity.principals import _TENANT_RE, Caller, get_or_create_principal
 
 log = logging.getLogger("cosigner.accounts")
 

@@ -30,12 +30,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.audit.chain import Event, append
 from cosigner.core.clock import Clock
 from cosigner.core.errors import Forbidden, InvalidRequest, SubjectConflict, Unauthenticated
+from cosigner.core.roles import BUILTIN_ROLES, validate_roles
 from cosigner.core.subjects import canonical_subject
 from cosigner.db.database import Database
 from cosigner.db.tables import api_keys, principals
 
-BUILTIN_ROLES = frozenset({"runtime", "auditor", "admin"})
-_ROLE_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _KEY_RE = re.compile(r"^csk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 #: How long a looked-up key id (known or not) stays cached in process (s). A disable is
@@ -67,24 +66,6 @@ class Caller:
     def actor(self) -> dict[str, Any]:
         """The ``actor`` object recorded in decision-log events: who authenticated."""
         return {"subject": self.subject, "principal_id": self.principal_id, "kind": self.kind}
-
-
-def is_approver_role(role: str) -> bool:
-    """True when ``role`` is a role an approval requirement may name: a valid role name and
-    not a built-in API role (``runtime``, ``auditor``, ``admin`` grant API access, never the
-    right to approve; a requirement naming ``runtime`` would let agents approve agents)."""
-    return bool(_ROLE_RE.match(role)) and role not in BUILTIN_ROLES
-
-
-def validate_roles(roles: list[str]) -> list[str]:
-    """Normalise and check role names; raises :class:`InvalidRequest`."""
-    cleaned = sorted({r.strip() for r in roles})
-    if not cleaned:
-        raise InvalidRequest("at least one role is required", code="invalid_roles")
-    for role in cleaned:
-        if not _ROLE_RE.match(role):
-            raise InvalidRequest(f"invalid role name: {role!r}", code="invalid_roles")
-    return cleaned
 
 
 def hash_secret(secret: str) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cosigner.core.errors import PolicyError
-from cosigner.identity.principals import is_approver_role
+from cosigner.core.roles import is_approver_role
 
 Effect = Literal["allow", "deny", "require_approval"]
 DistinctFrom = Literal["initiator", "previous", "initiator_and_previous"]
