@@ -26,6 +26,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cosigner.audit.chain import Event, append
+from cosigner.context import AppContext
 from cosigner.core.errors import Forbidden
 from cosigner.web import sessions
 
@@ -105,11 +106,10 @@ async def refuse(request: Request, reason: str) -> Response:
 
 
 async def _record(request: Request, code: str, reason: str) -> None:
-    services = getattr(request.app.state, "services", None)
+    deps: AppContext | None = getattr(request.app.state, "context", None)
     raw = request.cookies.get(sessions.COOKIE)
-    if services is None or not raw:
+    if deps is None or not raw:
         return
-    deps = services.deps
     try:
         caller = await sessions.load(deps.db, raw, now=deps.clock(),
                                      idle_timeout_s=deps.settings.session_idle_timeout_s)
