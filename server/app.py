@@ -34,6 +34,7 @@ from server.db.database import Database
 from server.decisions import Deps, decision_log_writer
 from server.keys import Keyring
 from server.policy.cases import check_bundle
+from server.policy.follower import PolicyFollower
 from server.policy.store import PolicyStore, engine_factory
 from server.principals import KeyAuthenticator
 from server.settings import Settings, get_settings
@@ -55,7 +56,8 @@ async def build_services(settings: Settings, clock: Clock) -> Services:
     db = Database(settings.database_url, busy_timeout_ms=settings.db_busy_timeout_ms)
     keyring = Keyring.load_or_create(settings.key_dir, now=clock(),
                                      max_token_lifetime_s=settings.max_permit_ttl_s)
-    store = PolicyStore(settings.bundle_dirs, engine_factory=engine_factory(
+    # Managed: nothing is active until the follower installs the stored policy state.
+    store = PolicyStore(settings.bundle_dirs, managed=True, engine_factory=engine_factory(
         opa_url=settings.opa_url, opa_timeout_ms=settings.opa_timeout_ms))
     snapshot = store.reload(check=check_bundle)
     for error in snapshot.errors:
@@ -75,6 +77,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         services = await build_services(settings, clock)
         app.state.services = services
         services.deps.log_writer.start()
+        policy_follower = PolicyFollower(services.deps)
+        services.extras["policy_follower"] = policy_follower
+        await policy_follower.start()
         webhook_worker = _start_webhook_worker(services, settings, clock)
         audit = AuditRuntime(services.deps)
         services.extras["audit"] = audit
@@ -88,6 +93,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         finally:
             await approvals_runtime.stop()
             await audit.stop()
+            await policy_follower.stop()
             await services.deps.log_writer.stop()
             if webhook_worker is not None:
                 await webhook_worker.stop()

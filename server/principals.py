@@ -1,7 +1,9 @@
 """Principals (stable subject ids in one tenant, with roles) and their API keys.
 
 Built-in roles grant API access: ``runtime`` (decide, redeem, report), ``auditor``
-(read the decision log), ``admin`` (policies, keys, principals). Any other role name
+(read the decision log), ``admin`` (policies, keys, principals), ``operator`` (system
+operator: only in the system tenant ``_system``, the only role there; administers shared
+policy bundles and reloads). Any other role name
 (``finance``, ``security`` ...) makes the principal an approver for that role.
 
 API keys look like ``csk_<key id>_<secret>``; only SHA-256 of the secret is stored
@@ -29,7 +31,9 @@ from server.db.database import Database
 from server.db.tables import api_keys, principals
 from server.errors import Forbidden, InvalidRequest, Unauthenticated
 
-BUILTIN_ROLES = frozenset({"runtime", "auditor", "admin"})
+BUILTIN_ROLES = frozenset({"runtime", "auditor", "admin", "operator"})
+#: server.audit.system.SYSTEM_TENANT (not imported: that module imports the policy store).
+_SYSTEM_TENANT = "_system"
 _ROLE_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _KEY_RE = re.compile(r"^csk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
@@ -112,9 +116,13 @@ async def create_api_key(
     Returns ``(key, principal_id)``; the key string is shown once and never stored.
     Raises :class:`InvalidRequest` for bad tenant or role names.
     """
-    if not _TENANT_RE.match(tenant):
+    if not _TENANT_RE.match(tenant) and tenant != _SYSTEM_TENANT:
         raise InvalidRequest("invalid tenant id", code="invalid_tenant")
     roles = validate_roles(roles)
+    if (tenant == _SYSTEM_TENANT) != ("operator" in roles) or (
+            tenant == _SYSTEM_TENANT and roles != ["operator"]):
+        raise InvalidRequest("the role operator exists only in the tenant _system, and is "
+                             "the only role there", code="invalid_roles")
     subject = subject or f"key-{secrets.token_hex(4)}"
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)

@@ -7,16 +7,16 @@ import contextlib
 import logging
 
 from server.audit.checkpoints import Checkpointer
-from server.audit.system import record_keyring, record_policy_change
+from server.audit.system import record_keyring
 from server.decisions import Deps
 from server.errors import CosignerError
-from server.policy.store import PolicySnapshot
 
 log = logging.getLogger("cosigner.audit")
 
 
 class AuditRuntime:
-    """Records what this process loaded (policies, keys) and signs checkpoints until stopped."""
+    """Records the signing keys this process loaded and signs checkpoints until stopped
+    (policy load events: :mod:`server.policy.follower`)."""
 
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
@@ -32,8 +32,6 @@ class AuditRuntime:
         now = self.deps.clock()
         try:
             await record_keyring(self.deps.db, self.deps.keyring, now=now)
-            await record_policy_change(self.deps.db, PolicySnapshot(),
-                                       self.deps.store.snapshot, now=now)
         except CosignerError as exc:
             log.error("could not record startup audit events: %s", exc.detail)
         self._task = asyncio.create_task(self.checkpointer.run(), name="audit-checkpoints")
