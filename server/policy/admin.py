@@ -169,6 +169,8 @@ async def authorize(*, store: PolicyStore, db: Database, caller: Any, now: Any,
 
 
 def _loaded(snap: PolicySnapshot, bundle_id: str, version: str) -> Any:
+    if not known(snap, bundle_id):
+        raise NotFound(f"no policy bundle {bundle_id!r} is loaded")
     bundle = snap.bundles.get(bundle_id, {}).get(version)
     if bundle is None:
         raise PolicyError(f"bundle {bundle_id} has no loaded version {version}",
@@ -358,10 +360,10 @@ async def store_disk_state(*, store: PolicyStore, db: Database, actor: dict[str,
                        tenants, system_payload={"path": error.path,
                                                 "message": error.message[:2000]})
         for bundle_id, previous in activated:
-            bundle = after.active_bundle(bundle_id)
+            active = after.active_bundle(bundle_id)
             tenants = await affected_tenants(conn, [before, after], {bundle_id})
             fanout.add(Event(type="policy.activated", actor=actor,
-                             policy=bundle.ref() if bundle else None,
+                             policy=active.ref() if active else None,
                              payload={"previous": _ref(before, previous),
                                       "first": previous is None}),
                        tenants, system_payload={"tenants": tenants})

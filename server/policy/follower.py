@@ -99,7 +99,8 @@ class PolicyFollower:
             if self.store.state is None or (needs_disk(self.store.snapshot, state)
                                             and seen != self._reloaded_for):
                 self._reloaded_for = seen
-                old = self.store.snapshot
+                # Never synced (the database was down at start): log everything loaded.
+                old = PolicySnapshot() if self.store.state is None else self.store.snapshot
                 await asyncio.to_thread(self.store.reload, check=check_bundle)
                 await store_disk_state(store=self.store, db=self.deps.db, actor=SYSTEM_ACTOR,
                                        now=self.deps.clock(), old=old,

@@ -82,8 +82,9 @@ def resolve(versions: Mapping[str, Iterable[str]], present: set[str],
             active[bundle_id] = row.active_version
         else:
             missing[bundle_id] = row.active_tenants
-        if row.shadow_version in loaded and row.shadow_version != row.active_version:
-            shadow[bundle_id] = row.shadow_version  # type: ignore[assignment]
+        if row.shadow_version is not None and row.shadow_version in loaded \
+                and row.shadow_version != row.active_version:
+            shadow[bundle_id] = row.shadow_version
     for bundle_id, row in state.items():
         if bundle_id not in versions and bundle_id in present:
             missing[bundle_id] = row.active_tenants

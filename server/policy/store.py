@@ -114,7 +114,8 @@ def _manifest_id(path: Path) -> tuple[str | None, str | None]:
 
 
 def newest_version(versions: Any) -> str:
-    return max(versions, key=_version_key)
+    """The newest of ``versions`` (version strings, or a dict keyed by them)."""
+    return str(max(versions, key=_version_key))
 
 
 def _version_key(version: str) -> tuple[Any, ...]:

@@ -262,3 +262,39 @@ async def test_two_replicas_follow_an_activation_within_the_poll_interval(
     while await shadow_on_one() != "2.0.0":
         assert time.monotonic() - shadowed < 1.0 + 4.0, "replica one never followed"
         await asyncio.sleep(0.05)
+
+
+def test_operator_keys_exist_only_in_system_and_come_from_the_cli(
+        monkeypatch: pytest.MonkeyPatch, database_url: str, tenant: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from server.cli import main
+
+    monkeypatch.setenv("COSIGNER_DATABASE_URL", database_url)
+    add = ["principals", "add-key", "--subject", "ops"]
+    assert main([*add, "--tenant", "_system", "--role", "operator"]) == 0
+    assert capsys.readouterr().out.strip().startswith("csk_")
+    for tenant_id, role in (("_system", "admin"), (tenant, "operator"), ("_other", "operator")):
+        assert main([*add, "--tenant", tenant_id, "--role", role]) == 1
+        assert "invalid_" in capsys.readouterr().err
+
+
+async def test_cli_policy_reload_needs_an_operator_key(
+        live_server_factory: Callable[..., LiveServer], database_url: str,
+        monkeypatch: pytest.MonkeyPatch, tenant: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from server.policy_cli import run_reload
+    from server.settings import Settings
+
+    server = live_server_factory(**bundle_env())
+    keys = await make_keys(database_url, SYSTEM_TENANT, {"ops": (["operator"], "ops")})
+    keys |= await make_keys(database_url, tenant, {"admin": (["admin"], "adm")})
+    args = argparse.Namespace(url=server.url, api_key_env="TEST_POLICY_KEY", timeout=120.0)
+    settings = Settings(key_dir=Path("unused"))
+    monkeypatch.setenv("TEST_POLICY_KEY", keys["admin"].removeprefix("Bearer "))
+    assert await asyncio.to_thread(run_reload, args, settings) == 1
+    assert "403: not_policy_admin" in capsys.readouterr().err
+    monkeypatch.setenv("TEST_POLICY_KEY", keys["ops"].removeprefix("Bearer "))
+    assert await asyncio.to_thread(run_reload, args, settings) == 0
+    assert "refunds: active 1.0.0" in capsys.readouterr().out
