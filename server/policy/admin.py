@@ -2,11 +2,13 @@
 
 Routes (``server.api.policies``) and the CLI call these; they know no HTTP. Who may do
 what is :mod:`server.policy.tenancy`: a bundle serving one tenant is administered by that
-tenant's admins, any other bundle and every reload by a system operator. Every change and
-every refusal is an event in the chain of each tenant whose decisions it touches and in
-``_system`` (``policy.activated``, ``policy.shadowed``, ``policy.loaded``,
-``policy.refused``, ``policy.admin_refused``), committed in the same transaction as the
-change of the stored state (:mod:`server.policy.state`), which every replica follows.
+tenant's admins, any other bundle and every reload by a system operator. Every change is
+an event in ``_system`` and in the chain of each tenant whose decisions it touches
+(``policy.activated``, ``policy.shadowed``, ``policy.refused``; ``policy.loaded`` carries
+paths, so ``_system`` only), committed in the same transaction as the change of the
+stored state (:mod:`server.policy.state`), which every replica follows. A refused
+attempt (``policy.admin_refused``) goes to ``_system``, the actor's chain and the chain
+of the one tenant of a single-tenant bundle (:func:`authorize`).
 
 Reloading compiles bundles in a worker thread (Rego compilation runs a child process
 and golden cases run), so the event loop keeps serving decisions; the store swaps one
@@ -141,7 +143,10 @@ async def authorize(*, store: PolicyStore, db: Database, caller: Any, now: Any,
                     action: str, bundle_id: str | None) -> None:
     """Refuse ``action`` on ``bundle_id`` (``None``: reload) unless ``caller`` may do it,
     recording the refusal (``policy.admin_refused``) in the caller's chain, ``_system``
-    and the chain of every tenant the bundle decides for.
+    and, for a bundle administered by one tenant, that tenant's chain. A refusal changes
+    no decision, so it is not copied to every tenant of a shared bundle (one refused
+    call would otherwise write to every tenant's chain); operators read it in
+    ``_system``.
 
     Raises:
         Forbidden: not an admin/operator (``forbidden``) or not this bundle's
@@ -157,10 +162,8 @@ async def authorize(*, store: PolicyStore, db: Database, caller: Any, now: Any,
     event = Event(type="policy.admin_refused", actor=actor_of(caller),
                   payload={"action": action, "bundle_id": bundle_id, "code": refusal.code})
     async with db.transaction() as conn:
-        targets = {caller.tenant}
-        if bundle_id is not None and known(snap, bundle_id):
-            targets |= set(await affected_tenants(conn, [snap], {bundle_id}))
-        fanout.add(event, targets)
+        owner = administrator(snap, bundle_id) if bundle_id is not None else None
+        fanout.add(event, {caller.tenant} | ({owner} if owner else set()))
         await fanout.append(conn, now=now)
     raise refusal
 

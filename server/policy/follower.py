@@ -19,7 +19,7 @@ import contextlib
 import logging
 from typing import Any
 
-from server.audit.system import SYSTEM_ACTOR
+from server.audit.system import SYSTEM_ACTOR, SYSTEM_TENANT
 from server.errors import CosignerError
 from server.policy.admin import store_disk_state
 from server.policy.cases import check_bundle
@@ -27,6 +27,9 @@ from server.policy.state import BundleState, change_lock, fingerprint, read_stat
 from server.policy.store import PolicySnapshot, PolicyStore
 
 log = logging.getLogger("cosigner.policy")
+
+#: The actor of first activations and of what a process loads: this server itself.
+ACTOR = {**SYSTEM_ACTOR, "tenant": SYSTEM_TENANT}
 
 
 def needs_disk(snap: PolicySnapshot, state: dict[str, BundleState]) -> bool:
@@ -61,7 +64,7 @@ class PolicyFollower:
         loop reaches it, so decisions deny) and start polling."""
         try:
             async with change_lock(self.store):
-                await store_disk_state(store=self.store, db=self.deps.db, actor=SYSTEM_ACTOR,
+                await store_disk_state(store=self.store, db=self.deps.db, actor=ACTOR,
                                        now=self.deps.clock(), old=PolicySnapshot(),
                                        operator_reload=False)
             self._applied = fingerprint(self.store.state or {})
@@ -102,7 +105,7 @@ class PolicyFollower:
                 # Never synced (the database was down at start): log everything loaded.
                 old = PolicySnapshot() if self.store.state is None else self.store.snapshot
                 await asyncio.to_thread(self.store.reload, check=check_bundle)
-                await store_disk_state(store=self.store, db=self.deps.db, actor=SYSTEM_ACTOR,
+                await store_disk_state(store=self.store, db=self.deps.db, actor=ACTOR,
                                        now=self.deps.clock(), old=old,
                                        operator_reload=False)
             else:

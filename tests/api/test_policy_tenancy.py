@@ -188,8 +188,13 @@ async def test_a_shared_bundle_is_an_operators_and_its_changes_reach_every_tenan
                                    "principal_id": system[-1]["actor"]["principal_id"],
                                    "kind": "key"}
     assert {first, second} <= set(system[-1]["payload"]["tenants"])
-    assert [e["payload"]["action"] for e in await refusals(database_url, second)] == [
-        "activate"]  # the refused attempt concerned this tenant's bundle too
+    # The refusal changed nothing: the actor's chain and _system have it, not every
+    # tenant of the shared bundle (one refused call must not write to every chain).
+    assert [e["payload"]["action"] for e in await refusals(database_url, first)] == [
+        "activate"]
+    assert await refusals(database_url, second) == []
+    assert [e["actor"]["subject"] for e in await refusals(database_url, SYSTEM_TENANT)
+            if e["payload"]["bundle_id"] == bundle] == ["x-admin"]
 
 
 async def test_restart_keeps_the_active_and_shadow_version_and_fails_closed_without_it(
