@@ -84,8 +84,10 @@ def _verify(stored: str | None, password: str) -> bool:
         return False
 
 
-def _check_name(tenant: str, name: str) -> None:
-    if not _TENANT_RE.match(tenant):
+def _check_name(tenant: str, name: str, *, system: bool = False) -> None:
+    """``system``: the system tenant ``_system`` is allowed too (its operators can be
+    disabled; they are API keys only, never users)."""
+    if not _TENANT_RE.match(tenant) and not (system and tenant == "_system"):
         raise InvalidRequest("invalid tenant id", code="invalid_tenant")
     if not name.strip() or len(name) > _NAME_MAX or name != name.strip():
         raise InvalidRequest("invalid user name", code="invalid_name")
@@ -131,7 +133,7 @@ async def disable_principal(db: Database, *, tenant: str, name: str, clock: Cloc
     Raises:
         NotFound: no such principal in the tenant.
     """
-    _check_name(tenant, name)
+    _check_name(tenant, name, system=True)
     now = clock()
     async with db.transaction() as conn:
         row = (await conn.execute(select(principals.c.id).where(

@@ -121,19 +121,19 @@ class PolicyFollower:
             versions = snap.bundles.get(bundle_id, {})
             bundle = versions.get(row.active_version)
             if bundle_id in snap.missing:
-                problem = ("missing", "its tenants are denied policy_not_loaded until it is "
-                           "on disk and reloaded, or another version is activated")
+                problem = ("missing", "is not loaded: its tenants are denied "
+                           "policy_not_loaded until it is on disk and reloaded, or another "
+                           "version is activated")
             elif bundle is not None and bundle.revision != row.active_revision:
-                problem = (bundle.revision, f"deciding with the revision on disk, "
-                           f"{bundle.revision}")
+                problem = (bundle.revision, f"is on disk with another revision, "
+                           f"{bundle.revision}: deciding with that one")
             elif not versions and not any(e.bundle_id == bundle_id for e in snap.errors):
-                problem = ("absent", "no version of it is on this server's disk: it decides "
-                           "nothing here")
+                problem = ("absent", "is not loaded and no version of the bundle is on this "
+                           "server's disk: the bundle decides nothing here")
             else:
                 continue
             key = (bundle_id, row.active_version, problem[0])
             if key not in self._reported:
                 self._reported.add(key)
-                log.error("policy bundle %s: the stored active version %s (revision %s) is "
-                          "not loaded; %s", bundle_id, row.active_version,
-                          row.active_revision, problem[1])
+                log.error("policy bundle %s: the stored active version %s (revision %s) %s",
+                          bundle_id, row.active_version, row.active_revision, problem[1])

@@ -90,7 +90,8 @@ class PolicySnapshot:
         if mapped is not None:
             return mapped
         wildcard = None
-        for bundle_id in sorted(set(self.active) | set(self.missing)):
+        ids = sorted(set(self.active) | set(self.missing)) if self.missing else sorted(self.active)
+        for bundle_id in ids:
             tenants = self.tenants_of(bundle_id)
             if tenant in tenants:
                 return bundle_id
@@ -240,7 +241,8 @@ class PolicyStore:
         return PolicySnapshot(bundles, active, shadow, errors, old.tenant_bundles)
 
     def set_active(self, bundle_id: str, version: str) -> None:
-        """Make ``version`` the active one of ``bundle_id`` (atomic swap)."""
+        """Make ``version`` the active one of ``bundle_id`` (atomic swap), in this process
+        only: administration stores it first (:mod:`server.policy.admin`)."""
         snap = self.snapshot
         if version not in snap.bundles.get(bundle_id, {}):
             raise PolicyError(f"bundle {bundle_id} has no loaded version {version}",
@@ -252,7 +254,8 @@ class PolicyStore:
                                        snap.tenant_bundles, missing)
 
     def set_shadow(self, bundle_id: str, version: str | None) -> None:
-        """Run ``version`` of ``bundle_id`` in shadow (``None`` stops shadowing)."""
+        """Run ``version`` of ``bundle_id`` in shadow (``None`` stops shadowing), in this
+        process only (see :meth:`set_active`)."""
         snap = self.snapshot
         shadow = dict(snap.shadow)
         if version is None:

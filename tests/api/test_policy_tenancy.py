@@ -168,7 +168,8 @@ async def test_a_shared_bundle_is_an_operators_and_its_changes_reach_every_tenan
     keys = await make_keys(database_url, first, {"runtime": (["runtime"], "rt"),
                                                  "admin": (["admin"], "x-admin")})
     keys |= await make_keys(database_url, second, {"other": (["runtime"], "rt")})
-    keys |= await make_keys(database_url, SYSTEM_TENANT, {"operator": (["operator"], "ops")})
+    keys |= await make_keys(database_url, SYSTEM_TENANT,
+                            {"operator": (["operator"], f"ops-{tenant}")})
     refused = await call(server, "POST", f"/v1/policies/{bundle}/activate", keys["admin"],
                          {"version": "1.0.0"})
     assert (refused.status_code, refused.json()["code"]) == (403, "not_policy_admin")
@@ -184,7 +185,7 @@ async def test_a_shared_bundle_is_an_operators_and_its_changes_reach_every_tenan
     system = [json.loads(e.body) for e in
               (await read_log(database_url, SYSTEM_TENANT)).of_type("policy.activated")
               if json.loads(e.body)["policy"]["id"] == bundle]
-    assert system[-1]["actor"] == {"tenant": SYSTEM_TENANT, "subject": "ops",
+    assert system[-1]["actor"] == {"tenant": SYSTEM_TENANT, "subject": f"ops-{tenant}",
                                    "principal_id": system[-1]["actor"]["principal_id"],
                                    "kind": "key"}
     assert {first, second} <= set(system[-1]["payload"]["tenants"])
@@ -275,12 +276,15 @@ def test_operator_keys_exist_only_in_system_and_come_from_the_cli(
     from server.cli import main
 
     monkeypatch.setenv("COSIGNER_DATABASE_URL", database_url)
-    add = ["principals", "add-key", "--subject", "ops"]
+    ops = f"ops-{tenant}"  # its own subject: _system outlives the test on PostgreSQL
+    add = ["principals", "add-key", "--subject", ops]
     assert main([*add, "--tenant", "_system", "--role", "operator"]) == 0
     assert capsys.readouterr().out.strip().startswith("csk_")
     for tenant_id, role in (("_system", "admin"), (tenant, "operator"), ("_other", "operator")):
         assert main([*add, "--tenant", tenant_id, "--role", role]) == 1
         assert "invalid_" in capsys.readouterr().err
+    # An operator is disabled like any principal (its keys are revoked).
+    assert main(["principals", "disable", ops, "--tenant", "_system"]) == 0
 
 
 async def test_cli_policy_reload_needs_an_operator_key(
@@ -293,7 +297,8 @@ async def test_cli_policy_reload_needs_an_operator_key(
     from server.settings import Settings
 
     server = live_server_factory(**bundle_env())
-    keys = await make_keys(database_url, SYSTEM_TENANT, {"ops": (["operator"], "ops")})
+    keys = await make_keys(database_url, SYSTEM_TENANT,
+                           {"ops": (["operator"], f"ops-{tenant}")})
     keys |= await make_keys(database_url, tenant, {"admin": (["admin"], "adm")})
     args = argparse.Namespace(url=server.url, api_key_env="TEST_POLICY_KEY", timeout=120.0)
     settings = Settings(key_dir=Path("unused"))
