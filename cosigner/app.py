@@ -47,7 +47,8 @@ async def build_context(settings: Settings, clock: Clock) -> AppContext:
     bundles: the app's one context."""
     db = Database(settings.database_url, busy_timeout_ms=settings.db_busy_timeout_ms)
     key_store, keyring = await open_keyring(db, settings, now=clock())
-    store = PolicyStore(settings.bundle_dirs, engine_factory=engine_factory(
+    # Managed: nothing is active until the follower installs the stored policy state.
+    store = PolicyStore(settings.bundle_dirs, managed=True, engine_factory=engine_factory(
         opa_url=settings.opa_url, opa_timeout_ms=settings.opa_timeout_ms))
     snapshot = store.reload(check=check_bundle)
     for error in snapshot.errors:

@@ -7,7 +7,9 @@
 * the approval expiry sweep: every ``settings.sweep_every_s`` due requests move to
   ``expired`` (expiry does not depend on it – reviews and reads expire a due request
   themselves – but the log then shows expiries nobody looked at);
-* the audit checkpointer (signed checkpoints) and the startup events (keys, policies);
+* the policy follower: the stored active/shadow versions (:mod:`cosigner.policy.follower`,
+  which also records what this process loaded);
+* the audit checkpointer (signed checkpoints) and the keyring's startup events;
 * the webhook delivery worker, when any receiver is configured.
 
 :meth:`Tasks.stop` stops them in reverse order; each loop is cancelled and awaited by one
@@ -22,13 +24,13 @@ import logging
 
 from cosigner.approvals.reviews import expire_due
 from cosigner.audit.checkpoints import Checkpointer
-from cosigner.audit.system import record_keyring, record_policy_change
+from cosigner.audit.system import record_keyring
 from cosigner.context import AppContext
 from cosigner.core.errors import CosignerError
 from cosigner.db import generations
 from cosigner.db.replica_sync import ReplicaSync
 from cosigner.keys.store import KeyringFollower
-from cosigner.policy.store import PolicySnapshot
+from cosigner.policy.follower import PolicyFollower
 from cosigner.webhooks.worker import WebhookWorker
 
 log = logging.getLogger("cosigner.tasks")
@@ -46,6 +48,8 @@ class Tasks:
         self.webhook_worker: WebhookWorker | None = (
             WebhookWorker(ctx.db, settings, ctx.clock) if settings.webhooks else None)
         self._loops: list[asyncio.Task[None]] = []
+        self.policy_follower = PolicyFollower(
+            ctx.store, ctx.db, ctx.clock, interval_s=settings.policy_poll_interval_ms / 1000)
         self.replica_sync = ReplicaSync(ctx.db, interval_s=settings.replica_poll_s,
                                         clock=ctx.clock)
         self.replica_sync.follow(
@@ -64,6 +68,7 @@ class Tasks:
         await self.replica_sync.start()
         self.ctx.log_writer.start()
         self.ctx.refusals.start()
+        await self.policy_follower.start()
         await self._record_startup()
         self._loops.append(asyncio.create_task(self._sweep(), name="approval-sweeper"))
         self._loops.append(asyncio.create_task(self.checkpointer.run(), name="audit-checkpoints"))
@@ -77,6 +82,7 @@ class Tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._loops.clear()
+        await self.policy_follower.stop()
         await self.ctx.refusals.stop()
         await self.ctx.log_writer.stop()
         if self.webhook_worker is not None:
@@ -84,13 +90,11 @@ class Tasks:
         await self.replica_sync.stop()
 
     async def _record_startup(self) -> None:
-        """Record the keyring and the loaded policies (best effort: an unavailable database
-        is logged, and /readyz reports it)."""
+        """Record the keyring (best effort: an unavailable database is logged, and /readyz
+        reports it)."""
         now = self.ctx.clock()
         try:
             await record_keyring(self.ctx.db, self.ctx.keyring, now=now)
-            await record_policy_change(self.ctx.db, PolicySnapshot(), self.ctx.store.snapshot,
-                                       now=now)
         except CosignerError as exc:
             log.error("could not record startup audit events: %s", exc.detail)
 

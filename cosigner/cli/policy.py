@@ -4,7 +4,9 @@
 folder under a directory), runs its golden cases and, for Rego bundles, its ``test_``
 rules, prints one PASS/FAIL line each and a summary, and exits 1 on any failure or on a
 bundle that does not load. ``policy reload`` asks a running server to reload from disk
-(``POST /v1/policies/reload`` with an admin API key).
+(``POST /v1/policies/reload`` with a system operator's API key: role ``operator`` in the
+tenant ``_system``, made with ``cosigner principals add-key --tenant _system --role
+operator``).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def reload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--api-key-env",
         default="COSIGNER_API_KEY",
-        help="environment variable holding an admin API key (default COSIGNER_API_KEY)",
+        help="environment variable holding an operator API key (default COSIGNER_API_KEY)",
     )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
 
@@ -109,7 +111,7 @@ def run_reload(args: argparse.Namespace, settings: Settings) -> int:
 
     key = os.environ.get(args.api_key_env, "")
     if not key:
-        print(f"error: set {args.api_key_env} to an admin API key", file=sys.stderr)
+        print(f"error: set {args.api_key_env} to an operator API key", file=sys.stderr)
         return 2
     url = (args.url or settings.public_url).rstrip("/") + "/v1/policies/reload"
     try:

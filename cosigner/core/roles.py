@@ -1,7 +1,9 @@
 """Role names: the built-in API roles and the rule for approver roles.
 
 Built-in roles grant API access: ``runtime`` (decide, redeem, report), ``auditor`` (read
-the decision log), ``admin`` (policies, keys, principals). Any other valid role name
+the decision log), ``admin`` (policies, keys, principals), ``operator`` (system operator:
+only in the system tenant ``_system``, the only role there; administers shared policy
+bundles and reloads). Any other valid role name
 (``finance``, ``security`` ...) makes a principal an approver for that role, and is what an
 approval requirement may name.
 """
@@ -12,7 +14,9 @@ import re
 
 from cosigner.core.errors import InvalidRequest
 
-BUILTIN_ROLES = frozenset({"runtime", "auditor", "admin"})
+BUILTIN_ROLES = frozenset({"runtime", "auditor", "admin", "operator"})
+#: The system tenant (operators, and the chain of system-wide events).
+SYSTEM_TENANT = "_system"
 _ROLE_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
 

@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     log_batch_wait_ms: float = Field(default=1.0, ge=0, le=100)
     #: SQLite: how long a write waits for the database lock before it fails (503, deny).
     db_busy_timeout_ms: int = Field(default=10_000, ge=100, le=600_000)
+    #: How often each replica polls the stored policy state (active/shadow versions); an
+    #: activation on one replica decides on the others within about this long.
+    policy_poll_interval_ms: int = Field(default=1000, ge=50, le=60_000)
     session_idle_timeout_s: int = Field(default=1800, ge=60)
     #: Peers whose ``X-Forwarded-For/-Proto/-Host`` count (IP addresses or CIDR networks,
     #: comma-separated in the environment). Default: none, not even loopback; then the

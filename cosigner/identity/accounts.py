@@ -44,7 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.audit.chain import Event, append
 from cosigner.core.clock import Clock
 from cosigner.core.errors import InvalidRequest, NotFound, Unauthenticated
-from cosigner.core.roles import validate_roles
+from cosigner.core.roles import SYSTEM_TENANT, validate_roles
 from cosigner.core.subjects import canonical_subject, subject_key
 from cosigner.db import generations
 from cosigner.db.database import Database
@@ -113,9 +113,11 @@ def _verify(stored: str | None, password: str) -> bool:
         return False
 
 
-def _check_name(tenant: str, name: str) -> str:
-    """The canonical subject of ``name`` (:func:`server.subjects.canonical_subject`)."""
-    if not _TENANT_RE.match(tenant):
+def _check_name(tenant: str, name: str, *, system: bool = False) -> str:
+    """The canonical subject of ``name`` (:func:`cosigner.core.subjects.canonical_subject`).
+    ``system``: the system tenant ``_system`` is allowed too (its operators can be
+    disabled; they are API keys only, never users)."""
+    if not _TENANT_RE.match(tenant) and not (system and tenant == SYSTEM_TENANT):
         raise InvalidRequest("invalid tenant id", code="invalid_tenant")
     return canonical_subject(name)
 
@@ -168,7 +170,7 @@ async def disable_principal(db: Database, *, tenant: str, name: str, clock: Cloc
     Raises:
         NotFound: no such principal in the tenant.
     """
-    subject = _check_name(tenant, name)
+    subject = _check_name(tenant, name, system=True)
     now = clock()
     async with db.transaction() as conn:
         row = (await conn.execute(select(principals.c.id).where(

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.audit.chain import Event, append
 from cosigner.core.clock import Clock
 from cosigner.core.errors import Forbidden, InvalidRequest, SubjectConflict, Unauthenticated
-from cosigner.core.roles import BUILTIN_ROLES, validate_roles
+from cosigner.core.roles import BUILTIN_ROLES, SYSTEM_TENANT, validate_roles
 from cosigner.core.subjects import canonical_subject
 from cosigner.db.database import Database
 from cosigner.db.tables import api_keys, principals
@@ -120,9 +120,13 @@ async def create_api_key(
         InvalidRequest: bad tenant, role names or subject (``invalid_subject``).
         SubjectConflict: another spelling of ``subject`` is already a principal (409).
     """
-    if not _TENANT_RE.match(tenant):
+    if not _TENANT_RE.match(tenant) and tenant != SYSTEM_TENANT:
         raise InvalidRequest("invalid tenant id", code="invalid_tenant")
     roles = validate_roles(roles)
+    if (tenant == SYSTEM_TENANT) != ("operator" in roles) or (
+            tenant == SYSTEM_TENANT and roles != ["operator"]):
+        raise InvalidRequest("the role operator exists only in the tenant _system, and is "
+                             "the only role there", code="invalid_roles")
     display_name = subject or f"key-{secrets.token_hex(4)}"
     canonical = canonical_subject(display_name)
     key_id = secrets.token_hex(8)

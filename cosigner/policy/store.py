@@ -24,6 +24,7 @@ from cosigner.core.errors import CosignerError, PolicyError, Unavailable
 from cosigner.policy.bundle import Bundle, Engine, parse_manifest, read_files, revision_of
 from cosigner.policy.python_engine import PythonEngine
 from cosigner.policy.result import PolicyResult, deny, validate_result
+from cosigner.policy.state import BundleState, Resolved, resolve
 
 log = logging.getLogger("cosigner.policy")
 
@@ -61,6 +62,9 @@ class PolicySnapshot:
     shadow: dict[str, str] = field(default_factory=dict)
     errors: tuple[LoadError, ...] = ()
     tenant_bundles: dict[str, str] = field(default_factory=dict)
+    #: bundle id → tenants of its stored active version, which is not loaded here
+    #: (:mod:`cosigner.policy.state`): those tenants are denied ``policy_not_loaded``.
+    missing: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def active_bundle(self, bundle_id: str) -> Bundle | None:
         version = self.active.get(bundle_id)
@@ -70,22 +74,49 @@ class PolicySnapshot:
         version = self.shadow.get(bundle_id)
         return self.bundles.get(bundle_id, {}).get(version) if version else None
 
-    def bundle_for(self, tenant: str) -> Bundle | None:
-        """The active bundle used by ``tenant``: an explicit mapping in settings first,
-        then a bundle whose manifest names the tenant, then a ``"*"`` bundle."""
+    def tenants_of(self, bundle_id: str) -> tuple[str, ...]:
+        """Tenants the active version of ``bundle_id`` names (a missing one: as stored)."""
+        bundle = self.active_bundle(bundle_id)
+        if bundle is not None:
+            return bundle.manifest.tenants
+        return self.missing.get(bundle_id, ())
+
+    def route(self, tenant: str) -> str | None:
+        """The id of the bundle that decides for ``tenant``: an explicit mapping in
+        settings first, then a bundle whose manifest names the tenant, then a ``"*"``
+        bundle (first by id). A bundle whose active version is missing still routes, so
+        its tenants are denied rather than decided by another bundle."""
         mapped = self.tenant_bundles.get(tenant)
         if mapped is not None:
-            return self.active_bundle(mapped)
+            return mapped
         wildcard = None
-        for bundle_id in sorted(self.active):
-            bundle = self.active_bundle(bundle_id)
-            if bundle is None:
-                continue
-            if tenant in bundle.manifest.tenants:
-                return bundle
-            if wildcard is None and "*" in bundle.manifest.tenants:
-                wildcard = bundle
+        ids = sorted(set(self.active) | set(self.missing)) if self.missing else sorted(self.active)
+        for bundle_id in ids:
+            tenants = self.tenants_of(bundle_id)
+            if tenant in tenants:
+                return bundle_id
+            if wildcard is None and "*" in tenants:
+                wildcard = bundle_id
         return wildcard
+
+    def bundle_for(self, tenant: str) -> Bundle | None:
+        """The active bundle used by ``tenant`` (:meth:`route`), or ``None``."""
+        bundle_id = self.route(tenant)
+        return self.active_bundle(bundle_id) if bundle_id is not None else None
+
+
+def _manifest_id(path: Path) -> tuple[str | None, str | None]:
+    """``(id, version)`` of a refused bundle folder when its manifest parses."""
+    try:
+        manifest = parse_manifest((path / "manifest.toml").read_bytes(), where=str(path))
+    except (OSError, PolicyError):
+        return None, None
+    return manifest.id, manifest.version
+
+
+def newest_version(versions: Any) -> str:
+    """The newest of ``versions`` (version strings, or a dict keyed by them)."""
+    return str(max(versions, key=_version_key))
 
 
 def _version_key(version: str) -> tuple[Any, ...]:
@@ -104,10 +135,16 @@ class PolicyStore:
         *,
         tenant_bundles: dict[str, str] | None = None,
         engine_factory: Any = None,
+        managed: bool = False,
     ) -> None:
+        """``managed``: the active and shadow versions come from the stored policy state
+        (:meth:`install`); until one is installed nothing is active (fail closed).
+        Unmanaged (tools, unit tests): the newest version of each bundle is active."""
         self.bundle_dirs = list(bundle_dirs)
         self.snapshot = PolicySnapshot(tenant_bundles=dict(tenant_bundles or {}))
         self._engine_factory = engine_factory or build_engine
+        self.managed = managed
+        self.state: dict[str, BundleState] | None = None
 
     # -- loading -----------------------------------------------------------------------
 
@@ -153,7 +190,8 @@ class PolicyStore:
                     check(bundle)
             except PolicyError as exc:
                 log.error("policy bundle refused: %s", exc.detail)
-                errors.append(LoadError(path=str(path), message=exc.detail))
+                bundle_id, version = _manifest_id(path)
+                errors.append(LoadError(str(path), exc.detail, bundle_id, version))
                 continue
             versions = bundles.setdefault(bundle.id, {})
             if bundle.version in versions:
@@ -167,33 +205,57 @@ class PolicyStore:
                 merged = bundles.setdefault(bundle_id, {})
                 for version, bundle in versions.items():
                     merged.setdefault(version, bundle)
+        self.snapshot = self._resolved(bundles, tuple(errors), old)
+        return self.snapshot
+
+    def install(self, state: dict[str, BundleState]) -> PolicySnapshot:
+        """Decide from now on with the stored ``state`` (:mod:`cosigner.policy.state`),
+        keeping the loaded bundles; one atomic swap."""
+        self.state = dict(state)
+        self.snapshot = self.preview(state)
+        return self.snapshot
+
+    def preview(self, state: dict[str, BundleState]) -> PolicySnapshot:
+        """The snapshot :meth:`install` would make of ``state`` (nothing swapped)."""
+        old = self.snapshot
+        return self._resolved(old.bundles, old.errors, old, state)
+
+    def _resolved(self, bundles: dict[str, dict[str, Bundle]],
+                  errors: tuple[LoadError, ...], old: PolicySnapshot,
+                  state: dict[str, BundleState] | None = None) -> PolicySnapshot:
+        if self.managed:
+            state = state if state is not None else self.state
+            present = set(bundles) | {e.bundle_id for e in errors if e.bundle_id}
+            chosen = resolve(bundles, present, state, newest_version) \
+                if state is not None else Resolved({}, {}, {})
+            return PolicySnapshot(bundles, chosen.active, chosen.shadow, errors,
+                                  old.tenant_bundles, chosen.missing)
         active: dict[str, str] = {}
         for bundle_id, versions in bundles.items():
             previous = old.active.get(bundle_id)
-            active[bundle_id] = (
-                previous if previous in versions else max(versions, key=_version_key)
-            )
+            active[bundle_id] = previous if previous in versions else newest_version(versions)
         shadow = {
             bid: v for bid, v in old.shadow.items()
             if v in bundles.get(bid, {}) and active.get(bid) != v
         }
-        self.snapshot = PolicySnapshot(bundles, active, shadow, tuple(errors),
-                                       old.tenant_bundles)
-        return self.snapshot
+        return PolicySnapshot(bundles, active, shadow, errors, old.tenant_bundles)
 
     def set_active(self, bundle_id: str, version: str) -> None:
-        """Make ``version`` the active one of ``bundle_id`` (atomic swap)."""
+        """Make ``version`` the active one of ``bundle_id`` (atomic swap), in this process
+        only: administration stores it first (:mod:`cosigner.policy.admin`)."""
         snap = self.snapshot
         if version not in snap.bundles.get(bundle_id, {}):
             raise PolicyError(f"bundle {bundle_id} has no loaded version {version}",
                               code="unknown_policy_version")
         active = dict(snap.active, **{bundle_id: version})
         shadow = {k: v for k, v in snap.shadow.items() if not (k == bundle_id and v == version)}
+        missing = {k: v for k, v in snap.missing.items() if k != bundle_id}
         self.snapshot = PolicySnapshot(snap.bundles, active, shadow, snap.errors,
-                                       snap.tenant_bundles)
+                                       snap.tenant_bundles, missing)
 
     def set_shadow(self, bundle_id: str, version: str | None) -> None:
-        """Run ``version`` of ``bundle_id`` in shadow (``None`` stops shadowing)."""
+        """Run ``version`` of ``bundle_id`` in shadow (``None`` stops shadowing), in this
+        process only (see :meth:`set_active`)."""
         snap = self.snapshot
         shadow = dict(snap.shadow)
         if version is None:
@@ -204,7 +266,7 @@ class PolicyStore:
         else:
             shadow[bundle_id] = version
         self.snapshot = PolicySnapshot(snap.bundles, snap.active, shadow, snap.errors,
-                                       snap.tenant_bundles)
+                                       snap.tenant_bundles, snap.missing)
 
     @property
     def ready(self) -> bool:
@@ -223,8 +285,11 @@ class PolicyStore:
         snap = snapshot or self.snapshot
         bundle = snap.bundle_for(tenant)
         if bundle is None:
-            return Evaluation(deny("policy_not_loaded", "no policy bundle is loaded for "
-                                   "this tenant"), None, None)
+            routed = snap.route(tenant)
+            detail = (f"the active version of policy bundle {routed} is not loaded on this "
+                      "server" if routed in snap.missing
+                      else "no policy bundle is loaded for this tenant")
+            return Evaluation(deny("policy_not_loaded", detail), None, None)
         started = time.perf_counter()
         result = await run_bundle(bundle, input_doc)
         elapsed = int((time.perf_counter() - started) * 1e6)

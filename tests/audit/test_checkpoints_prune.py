@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import func, select
 
 from cosigner.audit.prune import prune
-from cosigner.audit.system import SYSTEM_TENANT
 from cosigner.audit.verify import verify_export
 from cosigner.cli import main as cli
 from cosigner.core.clock import FrozenClock
+from cosigner.core.roles import SYSTEM_TENANT
 from cosigner.db.tables import audit_events
 from tests.audit.conftest import checkpoint, decide, export_lines, jwks, records
 from tests.conftest import Harness

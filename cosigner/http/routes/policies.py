@@ -1,4 +1,5 @@
-"""Routes for policy administration (admin role): list, reload, activate, shadow."""
+"""Routes for policy administration (tenant admins and system operators): list, reload,
+activate, shadow. Who may do what: :mod:`cosigner.policy.tenancy`."""
 
 from __future__ import annotations
 
@@ -25,28 +26,22 @@ class ShadowV1(Wire):
 
 def _context(request: Request, caller: Any) -> dict[str, Any]:
     deps = context(request)
-    return {
-        "store": deps.store,
-        "db": deps.db,
-        "tenant": caller.tenant,
-        "actor": caller.actor(),
-        "now": deps.clock(),
-    }
+    return {"store": deps.store, "db": deps.db, "caller": caller, "now": deps.clock()}
 
 
 @router.get("", responses=PROBLEM_RESPONSES)
 async def list_policies(request: Request, caller: CallerDep) -> dict[str, Any]:
-    """Loaded bundles: versions, revisions, engine, active and shadow version, and the
-    load errors of the last reload (admin)."""
-    caller.require("admin")
-    return admin.describe_policies(context(request).store.snapshot)
+    """Bundles with their versions, revisions, engine, active and shadow version, and
+    the load errors of the last reload. A tenant admin sees only the bundles that name or
+    decide for their tenant, without filesystem paths; a system operator sees all."""
+    return admin.list_policies(store=context(request).store, caller=caller)
 
 
 @router.post("/reload", responses=PROBLEM_RESPONSES)
 async def reload_policies(request: Request, caller: CallerDep) -> dict[str, Any]:
-    """Reload every bundle from disk atomically (admin). A bundle that fails to compile
-    or its own tests is refused and listed in ``errors``; its previous version stays."""
-    caller.require("admin")
+    """Reload every bundle from this server's disk atomically (system operator only;
+    tenant admins get 403 ``not_policy_admin``). A bundle that fails to compile or its own
+    tests is refused and listed in ``errors``; its previous version stays."""
     return await admin.reload_policies(**_context(request, caller))
 
 
@@ -54,9 +49,10 @@ async def reload_policies(request: Request, caller: CallerDep) -> dict[str, Any]
     "/{bundle_id}/activate", responses=PROBLEM_RESPONSES, openapi_extra=openapi_body(ActivateV1)
 )
 async def activate(bundle_id: str, request: Request, caller: CallerDep) -> dict[str, Any]:
-    """Make a loaded version the active one: promote a shadow or roll back (admin).
-    404 unknown bundle; 422 ``unknown_policy_version``."""
-    caller.require("admin")
+    """Make a loaded version the active one on every replica: promote a shadow or roll
+    back. A bundle serving only your tenant: its admins; any other: a system operator
+    (403 ``not_policy_admin``). 404 unknown (or not your tenant's) bundle; 422
+    ``unknown_policy_version``."""
     body, _ = await strict_body(request, ActivateV1, context(request).settings.max_body_bytes)
     return await admin.activate_version(
         **_context(request, caller), bundle_id=bundle_id, version=body.version
@@ -68,8 +64,7 @@ async def activate(bundle_id: str, request: Request, caller: CallerDep) -> dict[
 )
 async def set_shadow(bundle_id: str, request: Request, caller: CallerDep) -> dict[str, Any]:
     """Evaluate a loaded version beside the active one on every decision, never acted on
-    (``{"version": null}`` stops it) (admin)."""
-    caller.require("admin")
+    (``{"version": null}`` stops it); same administrators as activate."""
     body, _ = await strict_body(request, ShadowV1, context(request).settings.max_body_bytes)
     return await admin.shadow_version(
         **_context(request, caller), bundle_id=bundle_id, version=body.version
@@ -78,9 +73,9 @@ async def set_shadow(bundle_id: str, request: Request, caller: CallerDep) -> dic
 
 @router.get("/{bundle_id}/shadow", responses=PROBLEM_RESPONSES)
 async def shadow_report(bundle_id: str, request: Request, caller: CallerDep) -> dict[str, Any]:
-    """Where the shadow version disagreed with the active one in this tenant's decisions:
-    counts by tool and by ``active -> shadow`` effect, with example decision ids (admin)."""
-    caller.require("admin")
-    return await admin.shadow_report(
-        db=context(request).db, tenant=caller.tenant, bundle_id=bundle_id
-    )
+    """Where the shadow version disagreed with the active one in this tenant's decisions
+    (a system operator: every tenant's): counts by tool and by ``active -> shadow``
+    effect, with example decision ids (admin)."""
+    deps = context(request)
+    return await admin.shadow_report(store=deps.store, db=deps.db, caller=caller,
+                                     bundle_id=bundle_id)
