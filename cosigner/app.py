@@ -34,7 +34,7 @@ from cosigner.http.routes import runs as runs_routes
 from cosigner.http.routes import tools as tools_routes
 from cosigner.identity.principals import KeyAuthenticator
 from cosigner.keys.store import open_keyring
-from cosigner.permits.ledger import refusal_writer
+from cosigner.permits.redeem import refusal_writer
 from cosigner.policy.cases import check_bundle
 from cosigner.policy.store import PolicyStore, engine_factory
 from cosigner.tasks import Tasks

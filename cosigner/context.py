@@ -36,7 +36,7 @@ class AppContext:
 
     ``log_writer`` is the group committer for decision and redeem writes
     (:func:`cosigner.decisions.pdp.decision_log_writer`); ``refusals`` the one for refused
-    redeems (:func:`cosigner.permits.ledger.refusal_writer`); both are started and stopped
+    redeems (:func:`cosigner.permits.redeem.refusal_writer`); both are started and stopped
     by the app lifespan. ``contracted_runs``: runs this process has seen a contract for
     (their decisions read it before policy; any other decision assumes none and its write
     confirms that).

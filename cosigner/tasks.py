@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 
-from cosigner.approvals.reviews import expire_due
+from cosigner.approvals.requests import expire_due
 from cosigner.audit.checkpoints import Checkpointer
 from cosigner.audit.system import record_keyring
 from cosigner.context import AppContext

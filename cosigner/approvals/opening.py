@@ -21,7 +21,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cosigner.approvals.reviews import (
+from cosigner.approvals.requests import (
     SYSTEM_ACTOR,
     event,
     expire,

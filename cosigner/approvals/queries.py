@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from cosigner.approvals import rules as review_rules
-from cosigner.approvals.reviews import expire_if_due, reviews_of
+from cosigner.approvals.requests import expire_if_due, reviews_of
 from cosigner.approvals.views import effective_status, view
 from cosigner.core.errors import Forbidden, NotFound
 from cosigner.db.tables_approvals import approvals, reviews

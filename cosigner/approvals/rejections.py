@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cosigner.approvals.reviews import event, load, reviews_of
+from cosigner.approvals.requests import event, load, reviews_of
 from cosigner.approvals.views import view
 from cosigner.audit.chain import Event, append
 from cosigner.core.errors import (

@@ -9,35 +9,26 @@ deprecates ``EdDSA``). :meth:`Keyring.verify` reads the protected header itself 
 library call: the algorithm is compared exactly, ``kid`` is only a dictionary key (never a path,
 never a URL), and nothing in a token chooses how it is verified (case K17).
 
-On disk (``key_dir``, mode 0700) each key is ``<kid>.json`` (mode 0600, written atomically)::
-
-    {"format": 1, "kid": ..., "created_at": ISO-8601 UTC, "retired_at": ... | null,
-     "not_after": ... | null, "jwk": {...}}
-
-The current key's ``jwk`` is private; a retired key's file keeps only the public JWK, since a
-retired key never signs again. ``kid`` is the RFC 7638 thumbprint of the public key and is
-checked against the key on load.
+On disk (a key folder, :mod:`cosigner.keys.folder`) or in the database
+(:mod:`cosigner.keys.store`).
 
 The serving processes keep their keys in the database instead (:mod:`cosigner.keys.store`),
 and build the keyring with :meth:`Keyring.from_keys`: every key there carries an
 ``activates_at``, so a new key is published at once but signs only from that instant, and
 :meth:`Keyring.advance` / :meth:`Keyring.install` move the keyring along that plan. The
-folder format stays the upgrade path: :func:`read_key_folder` reads it for the import.
+folder format stays the upgrade path (:mod:`cosigner.keys.folder`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import fcntl
 import json
 import logging
-import os
 import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,59 +39,29 @@ from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 
 from cosigner.core.errors import PermitRefused
+from cosigner.keys.folder import locked, read_key_file, tighten, write_key_file
+from cosigner.keys.material import (
+    ALGORITHM,
+    Entry,
+    KeyInfo,
+    KeyringError,
+    check_lifetime,
+    generate_key,
+    is_published,
+    make_entry,
+    retire,
+    utc,
+)
 
-__all__ = ["ALGORITHM", "KeyInfo", "Keyring", "KeyringError", "MAX_TOKEN_CHARS",
-           "read_key_folder"]
+__all__ = ["ALGORITHM", "KeyInfo", "Keyring", "KeyringError", "MAX_TOKEN_CHARS"]
 
 logger = logging.getLogger(__name__)
-
-ALGORITHM = "Ed25519"
-"""The only JWS ``alg`` this keyring signs or accepts (RFC 9864)."""
 
 MAX_TOKEN_CHARS = 16_384
 """Longer tokens are refused before any decoding (permits are a few hundred bytes)."""
 
-_FILE_FORMAT = 1
 _HEADER_MEMBERS = frozenset({"alg", "kid", "typ"})
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
-_KID = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url SHA-256 thumbprint, as we generate them
-
-
-class KeyringError(RuntimeError):
-    """The key folder cannot be used (corrupt or foreign file, wrong key type).
-
-    A startup/operator failure, not a request error: it never reaches a client.
-    """
-
-
-@dataclass(frozen=True, slots=True)
-class KeyInfo:
-    """Metadata of one key (all datetimes timezone-aware UTC)."""
-
-    kid: str
-    created_at: datetime
-    retired_at: datetime | None = None
-    not_after: datetime | None = None
-    """After this instant the public key need not be published any more (retired keys only)."""
-    activates_at: datetime | None = None
-    """From this instant the key may sign (None: from ``created_at``). It is published
-    before, so every verifier knows it before the first token it signs exists."""
-
-    @property
-    def signs_from(self) -> datetime:
-        return self.activates_at or self.created_at
-
-    def signs_at(self, now: datetime) -> bool:
-        """True when the key is the signing key's candidate at ``now`` (activated, not
-        retired)."""
-        return self.signs_from <= now and (self.retired_at is None or now < self.retired_at)
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    info: KeyInfo
-    verify_key: OKPKey  # public part only
-    public_jwk: dict[str, str]  # JWKS entry, built once
 
 
 class Keyring:
@@ -114,7 +75,7 @@ class Keyring:
         self,
         *,
         signing_key: OKPKey,
-        entries: dict[str, _Entry],
+        entries: dict[str, Entry],
         current_kid: str,
         max_token_lifetime_s: int,
         key_dir: Path | None,
@@ -135,9 +96,9 @@ class Keyring:
     @classmethod
     def ephemeral(cls, *, now: datetime, max_token_lifetime_s: int = 3600) -> Keyring:
         """An in-memory keyring with one fresh key; nothing touches the disk."""
-        _check_lifetime(max_token_lifetime_s)
-        key = _generate_key()
-        entry = _make_entry(key, KeyInfo(kid=key.thumbprint(), created_at=_utc(now)))
+        check_lifetime(max_token_lifetime_s)
+        key = generate_key()
+        entry = make_entry(key, KeyInfo(kid=key.thumbprint(), created_at=utc(now)))
         return cls(
             signing_key=key,
             entries={entry.info.kid: entry},
@@ -156,13 +117,13 @@ class Keyring:
         Raises:
             KeyringError: a key file is unreadable, foreign, or does not match its kid.
         """
-        _check_lifetime(max_token_lifetime_s)
-        now = _utc(now)
+        check_lifetime(max_token_lifetime_s)
+        now = utc(now)
         lifetime = timedelta(seconds=max_token_lifetime_s)
         key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _tighten(key_dir, 0o700)
-        with _locked(key_dir):
-            loaded = [_read_key_file(path) for path in sorted(key_dir.glob("*.json"))]
+        tighten(key_dir, 0o700)
+        with locked(key_dir):
+            loaded = [read_key_file(path) for path in sorted(key_dir.glob("*.json"))]
             for path in key_dir.glob(".*.tmp"):  # leftovers of an interrupted write
                 path.unlink(missing_ok=True)
 
@@ -171,26 +132,26 @@ class Keyring:
             if unretired:
                 signing_key, current = unretired[-1]
             else:
-                signing_key = _generate_key()
+                signing_key = generate_key()
                 current = KeyInfo(kid=signing_key.thumbprint(), created_at=now)
-                _write_key_file(key_dir, signing_key, current)
+                write_key_file(key_dir, signing_key, current)
             if not signing_key.is_private:
                 raise KeyringError(f"current key {current.kid} has no private part")
 
-            entries: dict[str, _Entry] = {current.kid: _make_entry(signing_key, current)}
+            entries: dict[str, Entry] = {current.kid: make_entry(signing_key, current)}
             for key, info in loaded:
                 if info.kid == current.kid:
                     continue
                 if info.retired_at is None:  # older unretired key: finish its retirement
-                    info = _retire(info, at=current.created_at, lifetime=lifetime)
-                    _write_key_file(key_dir, key, info)
+                    info = retire(info, at=current.created_at, lifetime=lifetime)
+                    write_key_file(key_dir, key, info)
                 else:  # honour a longer lifetime configured since the key was retired
-                    info = _retire(info, at=info.retired_at, lifetime=lifetime)
+                    info = retire(info, at=info.retired_at, lifetime=lifetime)
                 assert info.not_after is not None
                 if info.not_after <= now:
                     (key_dir / f"{info.kid}.json").unlink(missing_ok=True)
                     continue
-                entries[info.kid] = _make_entry(key, info)
+                entries[info.kid] = make_entry(key, info)
         return cls(
             signing_key=signing_key,
             entries=entries,
@@ -211,8 +172,8 @@ class Keyring:
         Raises:
             KeyringError: no key with a private part signs at ``now``.
         """
-        _check_lifetime(max_token_lifetime_s)
-        signing_key, current_kid, entries, next_change = _plan(keys, _utc(now))
+        check_lifetime(max_token_lifetime_s)
+        signing_key, current_kid, entries, next_change = _plan(keys, utc(now))
         keyring = cls(signing_key=signing_key, entries=entries, current_kid=current_kid,
                       max_token_lifetime_s=max_token_lifetime_s, key_dir=None)
         keyring._material, keyring._next_change = tuple(keys), next_change
@@ -221,14 +182,14 @@ class Keyring:
     def install(self, keys: Sequence[tuple[OKPKey, KeyInfo]], *, now: datetime) -> None:
         """Replace the keys held by ``keys`` (a reload from storage), planned at ``now``
         as in :meth:`from_keys`. Raises :class:`KeyringError` like it, changing nothing."""
-        signing_key, current_kid, entries, next_change = _plan(keys, _utc(now))
+        signing_key, current_kid, entries, next_change = _plan(keys, utc(now))
         self._swap(signing_key, current_kid, entries)
         self._material, self._next_change = tuple(keys), next_change
 
     def advance(self, *, now: datetime) -> bool:
         """Re-plan the keys held at ``now`` when an activation, retirement or expiry has
         come due since the last plan; True when the plan changed."""
-        now = _utc(now)
+        now = utc(now)
         if self._next_change is None or now < self._next_change:
             return False
         self.install(self._material, now=now)
@@ -243,7 +204,7 @@ class Keyring:
         a retried verification may now find a key another replica just published."""
         return self._refresh is not None and await self._refresh()
 
-    def _swap(self, signing_key: OKPKey, current_kid: str, entries: dict[str, _Entry]) -> None:
+    def _swap(self, signing_key: OKPKey, current_kid: str, entries: dict[str, Entry]) -> None:
         # Whole objects, each assigned once, with no await in between: a verify or sign on
         # the event loop sees the old plan or the new one, never a mix.
         self._entries = entries
@@ -260,18 +221,18 @@ class Keyring:
         marked retired, so a crash in between leaves two unretired keys that the next
         :meth:`load_or_create` resolves.
         """
-        now = _utc(now)
-        new_key = _generate_key()
+        now = utc(now)
+        new_key = generate_key()
         new_info = KeyInfo(kid=new_key.thumbprint(), created_at=now)
         old_entry = self._entries[self._current_kid]
-        old_info = _retire(old_entry.info, at=now, lifetime=self._max_lifetime)
+        old_info = retire(old_entry.info, at=now, lifetime=self._max_lifetime)
         if self._key_dir is not None:
-            with _locked(self._key_dir):
-                _write_key_file(self._key_dir, new_key, new_info)
-                _write_key_file(self._key_dir, old_entry.verify_key, old_info)
-        entries = {kid: e for kid, e in self._entries.items() if _is_published(e, now)}
+            with locked(self._key_dir):
+                write_key_file(self._key_dir, new_key, new_info)
+                write_key_file(self._key_dir, old_entry.verify_key, old_info)
+        entries = {kid: e for kid, e in self._entries.items() if is_published(e, now)}
         entries[old_info.kid] = replace(old_entry, info=old_info)
-        entries[new_info.kid] = _make_entry(new_key, new_info)
+        entries[new_info.kid] = make_entry(new_key, new_info)
         # Swap whole objects (no in-place mutation) so a concurrent verify sees a consistent map.
         self._swap(new_key, new_info.kid, entries)
         return new_info.kid
@@ -297,10 +258,10 @@ class Keyring:
 
         Holds the current key and every retired key with ``not_after > now``.
         """
-        return {"keys": [dict(entry.public_jwk) for entry in self._published(_utc(now))]}
+        return {"keys": [dict(entry.public_jwk) for entry in self._published(utc(now))]}
 
-    def _published(self, now: datetime) -> Iterator[_Entry]:
-        return (entry for entry in self._entries.values() if _is_published(entry, now))
+    def _published(self, now: datetime) -> Iterator[Entry]:
+        return (entry for entry in self._entries.values() if is_published(entry, now))
 
     # --- sign / verify ------------------------------------------------------------------
 
@@ -354,7 +315,7 @@ class Keyring:
         if not isinstance(kid, str):
             raise PermitRefused("kid is not a string", code="malformed_permit")
         entry = self._entries.get(kid)
-        if entry is None or (now is not None and not _is_published(entry, _utc(now))):
+        if entry is None or (now is not None and not is_published(entry, utc(now))):
             raise PermitRefused("signing key is not known", code="unknown_kid")
         if header["typ"] != typ:
             raise PermitRefused("token type not accepted here", code="wrong_token_type")
@@ -371,15 +332,15 @@ class Keyring:
 
 
 def _plan(keys: Sequence[tuple[OKPKey, KeyInfo]], now: datetime
-          ) -> tuple[OKPKey, str, dict[str, _Entry], datetime | None]:
+          ) -> tuple[OKPKey, str, dict[str, Entry], datetime | None]:
     """(signing key, its kid, published entries, next instant the plan changes) at ``now``."""
-    entries: dict[str, _Entry] = {}
+    entries: dict[str, Entry] = {}
     signer: tuple[OKPKey, KeyInfo] | None = None
     changes: list[datetime] = []
     for key, info in keys:
         if info.not_after is not None and info.not_after <= now:
             continue
-        entries[info.kid] = _make_entry(key, info)
+        entries[info.kid] = make_entry(key, info)
         changes += [t for t in (info.activates_at, info.retired_at, info.not_after)
                     if t is not None and t > now]
         if key.is_private and info.signs_at(now) and (
@@ -391,51 +352,9 @@ def _plan(keys: Sequence[tuple[OKPKey, KeyInfo]], now: datetime
     return signer[0], signer[1].kid, entries, min(changes, default=None)
 
 
-def _check_lifetime(max_token_lifetime_s: int) -> None:
-    if isinstance(max_token_lifetime_s, bool) or not isinstance(max_token_lifetime_s, int):
-        raise TypeError("max_token_lifetime_s must be an int")
-    if max_token_lifetime_s <= 0:
-        raise ValueError("max_token_lifetime_s must be positive")
-
-
-def _utc(moment: datetime) -> datetime:
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError("datetime must be timezone-aware")
-    return moment.astimezone(UTC)
-
-
-def _is_published(entry: _Entry, now: datetime) -> bool:
-    return entry.info.not_after is None or now < entry.info.not_after
-
-
 def _b64url(data: bytes) -> bytes:
     """base64url without padding (RFC 7515 §2)."""
     return base64.urlsafe_b64encode(data).rstrip(b"=")
-
-
-def _generate_key() -> OKPKey:
-    return OKPKey.generate_key("Ed25519", private=True, auto_kid=False)
-
-
-def _make_entry(key: OKPKey, info: KeyInfo) -> _Entry:
-    public = key.as_dict(private=False)
-    verify_key = OKPKey.import_key(public)
-    jwk = {
-        "kty": "OKP",
-        "crv": "Ed25519",
-        "x": str(public["x"]),
-        "kid": info.kid,
-        "alg": ALGORITHM,
-        "use": "sig",
-    }
-    return _Entry(info=info, verify_key=verify_key, public_jwk=jwk)
-
-
-def _retire(info: KeyInfo, *, at: datetime, lifetime: timedelta) -> KeyInfo:
-    not_after = at + lifetime
-    if info.not_after is not None and info.not_after > not_after:
-        not_after = info.not_after
-    return replace(info, retired_at=at, not_after=not_after)
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -461,112 +380,5 @@ def _decode_json_segment(segment: str, *, what: str) -> dict[str, Any]:
     return value
 
 
-# --- storage ----------------------------------------------------------------------------
 
 
-def read_key_folder(key_dir: Path) -> list[tuple[OKPKey, KeyInfo]]:
-    """Every key file of ``key_dir`` (the pre-database format above), oldest first;
-    nothing is written. An absent folder holds no keys.
-
-    Raises:
-        KeyringError: a key file is unreadable, foreign, or does not match its kid.
-    """
-    if not key_dir.is_dir():
-        return []
-    loaded = [_read_key_file(path) for path in sorted(key_dir.glob("*.json"))]
-    return sorted(loaded, key=lambda pair: pair[1].created_at)
-
-
-def _tighten(path: Path, mode: int) -> None:
-    current = path.stat().st_mode & 0o777
-    if current & ~mode:
-        logger.warning("tightening permissions of %s from %o to %o", path, current, mode)
-        path.chmod(mode)
-
-
-@contextmanager
-def _locked(key_dir: Path) -> Iterator[None]:
-    """Serialise key-folder writers across processes (advisory ``flock``)."""
-    fd = os.open(key_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()
-
-
-def _parse_time(document: dict[str, Any], name: str, *, path: Path) -> datetime | None:
-    value = document.get(name)
-    if value is None:
-        return None
-    try:
-        return _utc(datetime.fromisoformat(value))
-    except (TypeError, ValueError) as exc:
-        raise KeyringError(f"{path.name}: bad {name}") from exc
-
-
-def _write_key_file(key_dir: Path, key: OKPKey, info: KeyInfo) -> None:
-    """Write ``<kid>.json`` atomically (temp file, fsync, rename, fsync folder), mode 0600."""
-    document = {
-        "format": _FILE_FORMAT,
-        "kid": info.kid,
-        "created_at": _iso(info.created_at),
-        "retired_at": _iso(info.retired_at),
-        "not_after": _iso(info.not_after),
-        # A retired key never signs again: keep only its public part.
-        "jwk": key.as_dict(private=info.retired_at is None),
-    }
-    data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
-    target = key_dir / f"{info.kid}.json"
-    tmp = key_dir / f".{info.kid}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(key_dir, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _read_key_file(path: Path) -> tuple[OKPKey, KeyInfo]:
-    _tighten(path, 0o600)
-    try:
-        document = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise KeyringError(f"{path.name}: unreadable key file") from exc
-    if not isinstance(document, dict) or document.get("format") != _FILE_FORMAT:
-        raise KeyringError(f"{path.name}: not a Cosigner key file")
-    jwk = document.get("jwk")
-    if not isinstance(jwk, dict) or jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
-        raise KeyringError(f"{path.name}: not an Ed25519 JWK")
-    try:
-        key = OKPKey.import_key(jwk)
-    except (JoseError, ValueError) as exc:
-        raise KeyringError(f"{path.name}: invalid JWK") from exc
-    kid = key.thumbprint()
-    if document.get("kid") != kid or path.name != f"{kid}.json" or not _KID.fullmatch(kid):
-        raise KeyringError(f"{path.name}: kid does not match the key's RFC 7638 thumbprint")
-    created_at = _parse_time(document, "created_at", path=path)
-    if created_at is None:
-        raise KeyringError(f"{path.name}: missing created_at")
-    info = KeyInfo(
-        kid=kid,
-        created_at=created_at,
-        retired_at=_parse_time(document, "retired_at", path=path),
-        not_after=_parse_time(document, "not_after", path=path),
-    )
-    if info.retired_at is not None and info.not_after is None:
-        raise KeyringError(f"{path.name}: retired key without not_after")
-    return key, info

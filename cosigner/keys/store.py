@@ -41,7 +41,8 @@ from cosigner.core.settings import Settings, decode_kek
 from cosigner.db import generations
 from cosigner.db.database import Database
 from cosigner.db.tables_keys import signing_keys
-from cosigner.keys.keyring import KeyInfo, Keyring, KeyringError, read_key_folder
+from cosigner.keys.folder import read_key_folder
+from cosigner.keys.keyring import KeyInfo, Keyring, KeyringError
 
 __all__ = ["KEK_FILE", "KeyStore", "KeyringFollower", "Rotation", "load_kek", "open_keyring"]
 

@@ -1,4 +1,5 @@
-"""Permit state in the database: issue (mint + row + event); redeem and revoke.
+"""Permit state in the database: issue (mint + row + event), withhold and revoke; the
+stored call input. Redeeming is :mod:`cosigner.permits.redeem`.
 
 A permit is ``issued → redeemed | revoked | expired``. The row is the server's own
 state; the signed token alone never proves a permit is still usable (case K10).
@@ -8,29 +9,22 @@ Redeem re-evaluates the currently active policy on the input recorded at decisio
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.audit.chain import Event, append
 from cosigner.audit.masking import mask_value
-from cosigner.context import AppContext, Refusal
-from cosigner.core.canonical import args_hash
-from cosigner.core.clock import isoformat
-from cosigner.core.errors import Conflict, Forbidden, InvalidArgs, NotFound, PermitRefused
+from cosigner.context import AppContext
+from cosigner.core.errors import Conflict, Forbidden, NotFound, PermitRefused
 from cosigner.core.settings import Settings
-from cosigner.db.batch import Write
-from cosigner.db.database import Database
-from cosigner.db.group_commit import GroupCommitter
 from cosigner.db.tables import permits as permits_table
-from cosigner.db.tables_approvals import call_inputs, reviews
+from cosigner.db.tables_approvals import call_inputs
 from cosigner.identity.principals import Caller
 from cosigner.keys.keyring import Keyring
-from cosigner.permits.tokens import PermitClaims, check_binding, mint_permit, verify_permit_token
-from cosigner.policy.quorum import satisfies
+from cosigner.permits.tokens import mint_permit
 
 
 def prepare_permit(
@@ -154,7 +148,7 @@ async def revoke(deps: AppContext, caller: Caller, jti: str) -> dict[str, Any]:
         raise Forbidden("revoking a permit needs the admin role or an approver role")
     now = deps.clock()
     async with deps.db.transaction() as conn:
-        row = await _permit_row(conn, caller.tenant, jti, lock=True)
+        row = await permit_row(conn, caller.tenant, jti, lock=True)
         if row is None:
             raise NotFound("no such permit")
         if row.status == "redeemed":
@@ -165,221 +159,19 @@ async def revoke(deps: AppContext, caller: Caller, jti: str) -> dict[str, Any]:
     return {"jti": jti, "status": "revoked"}
 
 
-# --- redeem --------------------------------------------------------------------------------
-
-
-_PERMIT_ROW = select(permits_table).where(permits_table.c.jti == bindparam("jti"),
+PERMIT_ROW = select(permits_table).where(permits_table.c.jti == bindparam("jti"),
                                           permits_table.c.tenant == bindparam("tenant"))
-_PERMIT_ROW_FOR_UPDATE = _PERMIT_ROW.with_for_update()
-_REDEEM = permits_table.update().where(
-    permits_table.c.jti == bindparam("p_jti"), permits_table.c.tenant == bindparam("p_tenant"),
-    permits_table.c.status == "issued").values(status="redeemed",
-                                               redeemed_at=bindparam("p_at"))
-_PERMIT_AND_INPUT = select(
-    permits_table, call_inputs.c.input.label("call_input"),
-    call_inputs.c.mask.label("call_mask"),
-).select_from(permits_table.outerjoin(call_inputs, and_(
-    call_inputs.c.decision_id == bindparam("decision_id"),
-    call_inputs.c.tenant == permits_table.c.tenant))).where(
-    permits_table.c.jti == bindparam("jti"), permits_table.c.tenant == bindparam("tenant"))
+
+
+PERMIT_ROW_FOR_UPDATE = PERMIT_ROW.with_for_update()
+
+
 _CALL_INPUT = select(call_inputs.c.input, call_inputs.c.mask).where(
     call_inputs.c.decision_id == bindparam("decision_id"),
     call_inputs.c.tenant == bindparam("tenant"))
 
 
-async def _permit_row(conn: AsyncConnection, tenant: str, jti: str, *, lock: bool) -> Any:
-    query = (_PERMIT_ROW_FOR_UPDATE if lock and conn.dialect.name == "postgresql"
-             else _PERMIT_ROW)
+async def permit_row(conn: AsyncConnection, tenant: str, jti: str, *, lock: bool) -> Any:
+    query = (PERMIT_ROW_FOR_UPDATE if lock and conn.dialect.name == "postgresql"
+             else PERMIT_ROW)
     return (await conn.execute(query, {"jti": jti, "tenant": tenant})).first()
-
-
-_STATE_REFUSALS = {"redeemed": ("already_redeemed", "the permit was already redeemed"),
-                   "revoked": ("revoked", "the permit was revoked"),
-                   "expired": ("expired", "permit has expired")}
-
-
-def _state_refusal(row: Any, now: datetime) -> PermitRefused | None:
-    if row is None:
-        return PermitRefused("no such permit was issued", code="unknown_permit")
-    if row.status in _STATE_REFUSALS:
-        code, text = _STATE_REFUSALS[row.status]
-        return PermitRefused(text, code=code)
-    expires_at = row.expires_at if row.expires_at.tzinfo else row.expires_at.replace(tzinfo=UTC)
-    if now >= expires_at:
-        return PermitRefused("permit has expired", code="expired")
-    return None
-
-
-async def _verify(deps: AppContext, token: str, now: datetime) -> PermitClaims:
-    """:func:`verify_permit_token`; a kid unknown here is looked up in the shared keyring
-    once (another replica may have signed with a key this one has not loaded yet)."""
-    settings = deps.settings
-    try:
-        return verify_permit_token(deps.keyring, token, now=now, issuer=settings.issuer,
-                                   audience=settings.audience)
-    except PermitRefused as exc:
-        if exc.code != "unknown_kid" or not await deps.keyring.refresh_for_unknown_kid():
-            raise
-    return verify_permit_token(deps.keyring, token, now=now, issuer=settings.issuer,
-                               audience=settings.audience)
-
-
-async def redeem(deps: AppContext, caller: Caller, *, token: str, tool: str, args: dict[str, Any]
-                 ) -> dict[str, Any]:
-    """Redeem a permit for one exact call, right before it runs (single use, invariant 4).
-
-    Checks, in order: signature with the keyring key named by ``kid`` (Ed25519 only),
-    ``iss``/``aud``/``exp``/``nbf`` (RFC 7519 §4.1.4: expired at ``now >= exp``); tenant
-    (the caller's), tool and args hash of the presented ``args`` (RFC 8785); the permit's
-    state in the server's database (never the token's word); the currently active policy
-    on the recorded input; then ``UPDATE permits SET status='redeemed' WHERE jti=:jti AND
-    status='issued'`` – of many concurrent redeems exactly one changes a row. Success and
-    every refusal are events (``permit.redeemed`` / ``permit.refused`` with the code).
-    The state change and its event go through the decision log's group committer
-    (``deps.log_writer``), refusals found before it through ``deps.refusals``: one
-    COMMIT per batch, and still durable before the answer or the error.
-
-    Returns ``{status: "redeemed", jti, decision_id, approval_id, tool, args_hash,
-    redeemed_at}``.
-
-    Raises:
-        PermitRefused: ``malformed_permit``, ``bad_signature``, ``unknown_kid``,
-            ``wrong_token_type``, ``wrong_audience``, ``expired``, ``not_yet_valid``,
-            ``tenant_mismatch``, ``tool_mismatch``, ``args_mismatch``, ``unknown_permit``,
-            ``revoked``, ``already_redeemed``, ``invalid_args``, ``policy_changed``.
-        InvalidJSON: the presented args cannot be hashed (422).
-    """
-    caller.require("runtime")
-    now = deps.clock()
-    presented_hash = args_hash(args)
-    claims: PermitClaims | None = None
-    try:
-        claims = await _verify(deps, token, now)
-        check_binding(claims, tenant=caller.tenant, tool=tool, args_hash=presented_hash)
-        async with deps.db.read() as conn:
-            # The permit's state and the recorded call input, in one statement.
-            row = (await conn.execute(_PERMIT_AND_INPUT, {
-                "jti": claims.jti, "tenant": caller.tenant,
-                "decision_id": claims.decision_id})).first()
-            early = _state_refusal(row, now)
-            if early is not None:
-                raise early
-            stored = (None if row is None or row.call_input is None
-                      else (dict(row.call_input), list(row.call_mask)))
-            counted = await _counted_roles(conn, claims.approval_id)
-        await _recheck_policy(deps, caller.tenant, claims, stored, args, counted, now)
-    except PermitRefused as exc:
-        await _log(deps, caller.tenant,
-                   _refusal_event(caller, exc, claims, tool, presented_hash), now)
-        raise
-    redeemed = claims
-
-    async def work(conn: AsyncConnection) -> Write:
-        # In the decision log's group commit: one COMMIT for many redeems and decisions.
-        result = await conn.execute(_REDEEM, {"p_jti": redeemed.jti,
-                                              "p_tenant": caller.tenant, "p_at": now})
-        if result.rowcount == 1:
-            event = _claims_event("permit.redeemed", caller, redeemed, {})
-            return Write(caller.tenant, [replace(event, time=now)], None)
-        # A concurrent redeem won (or the permit was revoked meanwhile).
-        refusal = _state_refusal(await _permit_row(conn, caller.tenant, redeemed.jti,
-                                                   lock=False), now) or PermitRefused(
-            "the permit was already redeemed", code="already_redeemed")
-        event = _claims_event("permit.refused", caller, redeemed, {"code": refusal.code})
-        return Write(caller.tenant, [replace(event, time=now)], refusal)
-
-    written: Write = await deps.log_writer.submit(work)
-    if isinstance(written.result, PermitRefused):
-        raise written.result
-    return {"status": "redeemed", "jti": claims.jti, "decision_id": claims.decision_id,
-            "approval_id": claims.approval_id, "tool": claims.tool,
-            "args_hash": claims.args_hash, "redeemed_at": isoformat(now)}
-
-
-def _claims_event(kind: str, caller: Caller, claims: PermitClaims,
-                  payload: dict[str, Any]) -> Event:
-    return Event(type=kind, actor=caller.actor(), decision_id=claims.decision_id,
-                 approval_id=claims.approval_id, permit_jti=claims.jti, run_id=claims.run,
-                 tool=claims.tool, args_hash=claims.args_hash,
-                 policy={"id": claims.policy["id"], "version": claims.policy["version"],
-                         "revision": claims.policy["revision"]},
-                 payload=payload)
-
-
-def _refusal_event(caller: Caller, exc: PermitRefused, claims: PermitClaims | None,
-                   tool: str, presented_hash: str) -> Event:
-    # Claims of another tenant are not linked into this tenant's log beyond the code.
-    if claims is not None and claims.tenant == caller.tenant:
-        return _claims_event("permit.refused", caller, claims,
-                             {"code": exc.code, "presented_tool": tool,
-                              "presented_args_hash": presented_hash})
-    return Event(type="permit.refused", actor=caller.actor(), tool=tool,
-                 args_hash=presented_hash, payload={"code": exc.code})
-
-
-async def _log(deps: AppContext, tenant: str, event: Event, now: datetime) -> None:
-    """Append one refusal event durably, batched through ``deps.refusals``."""
-    await deps.refusals.submit((tenant, event, now))
-
-
-def refusal_writer(db: Database) -> GroupCommitter[Refusal]:
-    """The group committer for refused redeems: each batch of refusal events is appended in
-    one transaction, so a storm of replays or concurrent redeems costs one COMMIT per batch
-    instead of one per refusal, and each refusal is still durable before its response."""
-
-    async def run_batch(items: list[Refusal]) -> list[Any]:
-        # Tenant heads are locked in one global order (sorted, as the decision log writer
-        # does), so this batch and a concurrent decision batch never wait on each other in
-        # a cycle (PostgreSQL would abort one: 503). Per tenant, events keep arrival order.
-        async with db.transaction() as conn:
-            for tenant, event, now in sorted(items, key=lambda item: item[0]):
-                await append(conn, tenant, [event], now=now)
-        return [None] * len(items)
-
-    return GroupCommitter(run_batch)
-
-
-async def _counted_roles(conn: AsyncConnection, approval_id: str | None) -> list[str] | None:
-    if approval_id is None:
-        return None
-    found = (await conn.execute(select(reviews.c.role).where(
-        reviews.c.approval_id == approval_id, reviews.c.decision == "approved",
-        reviews.c.role.is_not(None)))).scalars().all()
-    return [str(role) for role in found]
-
-
-async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
-                          stored: tuple[dict[str, Any], list[str]] | None,
-                          args: dict[str, Any], counted: list[str] | None,
-                          now: datetime) -> None:
-    """Time-of-use check: the active policy must still give ``allow`` – or, for an
-    approved permit, ``require_approval`` that its counted reviews still meet.
-
-    Raises:
-        PermitRefused ``policy_changed`` (also when the input was not recorded or the tool
-        left the catalogue: fail closed); ``invalid_args`` when the presented args fail the
-        tool catalogue's schema.
-    """
-    changed = PermitRefused("the active policy no longer allows this call",
-                            code="policy_changed")
-    if stored is None:
-        raise changed
-    snapshot = deps.store.snapshot
-    bundle = snapshot.bundle_for(tenant)
-    if bundle is not None and bundle.catalogue is not None:
-        spec = bundle.catalogue.lookup(claims.tool)
-        if spec is None:
-            raise changed
-        try:
-            spec.validate(args)
-        except InvalidArgs as exc:  # same hash, but e.g. 100000.0 for a strict integer
-            raise PermitRefused("arguments fail the tool's schema",
-                                code="invalid_args") from exc
-    input_doc = {**stored[0], "args": args, "now": isoformat(now)}
-    result = (await deps.store.evaluate(tenant, input_doc, snapshot=snapshot)).result
-    if result.effect == "allow":
-        return
-    if (result.effect == "require_approval" and result.approval is not None
-            and counted is not None and satisfies(result.approval, counted)):
-        return
-    raise changed

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from cosigner.approvals import requests
 from cosigner.approvals import reviews as approvals
 from cosigner.approvals import rules as review_rules
 from cosigner.approvals.views import MASK, display_args
@@ -44,17 +45,17 @@ def person(tenant: str, subject: str, *roles: str) -> Caller:
 
 
 def test_only_pending_moves_and_terminal_states_never_change() -> None:
-    assert approvals.TRANSITIONS["pending"] == {"approved", "rejected", "expired",
+    assert requests.TRANSITIONS["pending"] == {"approved", "rejected", "expired",
                                                 "cancelled"}
-    assert approvals.TERMINAL == {"approved", "rejected", "expired", "cancelled"}
-    assert set(approvals.TRANSITIONS) == set(approvals.STATES)
+    assert requests.TERMINAL == {"approved", "rejected", "expired", "cancelled"}
+    assert set(requests.TRANSITIONS) == set(requests.STATES)
 
 
 @pytest.mark.parametrize("state", ["approved", "rejected", "expired", "cancelled"])
 async def test_transition_refuses_leaving_a_terminal_state(state: str) -> None:
     row = type("Row", (), {"id": "x", "status": state})()
     with pytest.raises(ApprovalStateError):
-        await approvals.transition(None, row, "approved", now=T0)  # type: ignore[arg-type]
+        await requests.transition(None, row, "approved", now=T0)  # type: ignore[arg-type]
 
 
 # --- pure review rules --------------------------------------------------------------------
@@ -162,11 +163,11 @@ async def test_expire_due_sweeps_at_the_instant_and_logs(
                 approvals_table.c.id == approval_id))).scalar_one())
 
     # The sweep is global; other tests' rows may share a PostgreSQL database.
-    await approvals.expire_due(deps.db, T0 + timedelta(seconds=5, microseconds=-1))
+    await requests.expire_due(deps.db, T0 + timedelta(seconds=5, microseconds=-1))
     assert await stored_status() == "pending"
-    assert await approvals.expire_due(deps.db, T0 + timedelta(seconds=5)) >= 1
+    assert await requests.expire_due(deps.db, T0 + timedelta(seconds=5)) >= 1
     assert await stored_status() == "expired"
-    await approvals.expire_due(deps.db, T0 + timedelta(seconds=6))
+    await requests.expire_due(deps.db, T0 + timedelta(seconds=6))
     clock.advance(seconds=5)
     with pytest.raises(ApprovalStateError) as err:
         await approvals.review(deps, person(tenant, "alice", "finance"), approval_id,

@@ -1,4 +1,5 @@
-"""Routes for redeeming and revoking permits. Checks live in :mod:`cosigner.permits.ledger`."""
+"""Routes for redeeming and revoking permits. Checks live in :mod:`cosigner.permits.redeem`
+and :mod:`cosigner.permits.ledger`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from cosigner.http.models.approvals import (
     RedemptionV1,
 )
 from cosigner.permits import ledger as permit_ledger
+from cosigner.permits import redeem as permit_redeem
 
 router = APIRouter(prefix="/v1", tags=["permits"])
 
@@ -33,7 +35,7 @@ async def post_redeem(request: Request, caller: CallerDep) -> Response:
     ctx = context(request)
     caller.require("runtime")
     _, data = await strict_body(request, RedeemRequestV1, ctx.settings.max_body_bytes)
-    return json_response(await permit_ledger.redeem(
+    return json_response(await permit_redeem.redeem(
         ctx, caller, token=data["permit"], tool=data["tool"], args=data["args"]))
 
 

@@ -1,0 +1,98 @@
+"""What a signing key is: its metadata, its JWKS entry, and the rules of its life.
+
+A key is generated as an Ed25519 JWK whose ``kid`` is its RFC 7638 thumbprint. It signs
+from ``activates_at`` (or its creation) until it is retired; a retired key only verifies,
+and stays published until ``not_after = retired_at + max token lifetime``, when no token it
+signed can still be valid. Used by the keyring (:mod:`cosigner.keys.keyring`), the key
+folder of earlier versions (:mod:`cosigner.keys.folder`) and the database store
+(:mod:`cosigner.keys.store`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+from joserfc.jwk import OKPKey
+
+ALGORITHM = "Ed25519"
+"""The only JWS ``alg`` a keyring signs or accepts (RFC 9864)."""
+
+
+class KeyringError(RuntimeError):
+    """The key folder cannot be used (corrupt or foreign file, wrong key type).
+
+    A startup/operator failure, not a request error: it never reaches a client.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """Metadata of one key (all datetimes timezone-aware UTC)."""
+
+    kid: str
+    created_at: datetime
+    retired_at: datetime | None = None
+    not_after: datetime | None = None
+    """After this instant the public key need not be published any more (retired keys only)."""
+    activates_at: datetime | None = None
+    """From this instant the key may sign (None: from ``created_at``). It is published
+    before, so every verifier knows it before the first token it signs exists."""
+
+    @property
+    def signs_from(self) -> datetime:
+        return self.activates_at or self.created_at
+
+    def signs_at(self, now: datetime) -> bool:
+        """True when the key is the signing key's candidate at ``now`` (activated, not
+        retired)."""
+        return self.signs_from <= now and (self.retired_at is None or now < self.retired_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    info: KeyInfo
+    verify_key: OKPKey  # public part only
+    public_jwk: dict[str, str]  # JWKS entry, built once
+
+
+def check_lifetime(max_token_lifetime_s: int) -> None:
+    if isinstance(max_token_lifetime_s, bool) or not isinstance(max_token_lifetime_s, int):
+        raise TypeError("max_token_lifetime_s must be an int")
+    if max_token_lifetime_s <= 0:
+        raise ValueError("max_token_lifetime_s must be positive")
+
+
+def utc(moment: datetime) -> datetime:
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("datetime must be timezone-aware")
+    return moment.astimezone(UTC)
+
+
+def is_published(entry: Entry, now: datetime) -> bool:
+    return entry.info.not_after is None or now < entry.info.not_after
+
+
+def generate_key() -> OKPKey:
+    return OKPKey.generate_key("Ed25519", private=True, auto_kid=False)
+
+
+def make_entry(key: OKPKey, info: KeyInfo) -> Entry:
+    public = key.as_dict(private=False)
+    verify_key = OKPKey.import_key(public)
+    jwk = {
+        "kty": "OKP",
+        "crv": "Ed25519",
+        "x": str(public["x"]),
+        "kid": info.kid,
+        "alg": ALGORITHM,
+        "use": "sig",
+    }
+    return Entry(info=info, verify_key=verify_key, public_jwk=jwk)
+
+
+def retire(info: KeyInfo, *, at: datetime, lifetime: timedelta) -> KeyInfo:
+    not_after = at + lifetime
+    if info.not_after is not None and info.not_after > not_after:
+        not_after = info.not_after
+    return replace(info, retired_at=at, not_after=not_after)
