@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from cosigner.approvals.requests import expire_due
 from cosigner.audit.checkpoints import Checkpointer
@@ -48,10 +49,8 @@ class Tasks:
         self.webhook_worker: WebhookWorker | None = (
             WebhookWorker(ctx.db, settings, ctx.clock) if settings.webhooks else None)
         self._loops: list[asyncio.Task[None]] = []
-        self.policy_follower = PolicyFollower(
-            ctx.store, ctx.db, ctx.clock, interval_s=settings.policy_poll_interval_ms / 1000)
-        self.replica_sync = ReplicaSync(ctx.db, interval_s=settings.replica_poll_s,
-                                        clock=ctx.clock)
+        self.policy_follower = PolicyFollower(ctx.store, ctx.db, ctx.clock)
+        self.replica_sync = ReplicaSync(ctx.db, clock=ctx.clock)
         self.replica_sync.follow(
             generations.SIGNING_KEYS,
             KeyringFollower(ctx.key_store, ctx.keyring, ctx.clock).observe)
@@ -65,12 +64,16 @@ class Tasks:
     async def start(self) -> None:
         """Follow the shared state (one poll first: a process must not start blind), start
         the writers, record what this process loaded, start every loop."""
-        await self.replica_sync.start()
+        settings = self.ctx.settings
+        await self.replica_sync.poll()  # errors propagate: no start without the shared state
+        self._every("replica-sync", settings.replica_poll_s, self.replica_sync.poll)
         self.ctx.log_writer.start()
         self.ctx.refusals.start()
-        await self.policy_follower.start()
+        await self.policy_follower.first_sync()
+        self._every("policy-follower", settings.policy_poll_interval_ms / 1000,
+                    self.policy_follower.sync)
         await self._record_startup()
-        self._loops.append(asyncio.create_task(self._sweep(), name="approval-sweeper"))
+        self._every("approval-sweeper", settings.sweep_every_s, self._sweep_once)
         self._loops.append(asyncio.create_task(self.checkpointer.run(), name="audit-checkpoints"))
         if self.webhook_worker is not None:
             self.webhook_worker.start()
@@ -82,12 +85,10 @@ class Tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._loops.clear()
-        await self.policy_follower.stop()
         await self.ctx.refusals.stop()
         await self.ctx.log_writer.stop()
         if self.webhook_worker is not None:
             await self.webhook_worker.stop()
-        await self.replica_sync.stop()
 
     async def _record_startup(self) -> None:
         """Record the keyring (best effort: an unavailable database is logged, and /readyz
@@ -98,12 +99,25 @@ class Tasks:
         except CosignerError as exc:
             log.error("could not record startup audit events: %s", exc.detail)
 
-    async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(self.ctx.settings.sweep_every_s)
-            try:
-                count = await expire_due(self.ctx.db, self.ctx.clock())
-                if count:
-                    log.info("expired %d approval requests", count)
-            except CosignerError as exc:  # storage down: try again next round
-                log.warning("approval sweep failed: %s", exc.detail)
+    def _every(self, name: str, interval_s: float,
+               step: Callable[[], Awaitable[object]]) -> None:
+        """Run ``step`` every ``interval_s`` seconds until :meth:`stop`. A failure is logged
+        and the next round tries again (storage down: a warning; anything else, a bug: the
+        traceback), so no loop ends silently."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    await step()
+                except CosignerError as exc:
+                    log.warning("%s failed: %s", name, exc.detail)
+                except Exception:
+                    log.exception("%s failed", name)
+
+        self._loops.append(asyncio.create_task(loop(), name=name))
+
+    async def _sweep_once(self) -> None:
+        count = await expire_due(self.ctx.db, self.ctx.clock())
+        if count:
+            log.info("expired %d approval requests", count)

@@ -15,7 +15,6 @@ plus one query after its commit (plus the disk reload, when one is needed).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from cosigner.audit.system import SYSTEM_ACTOR
@@ -50,22 +49,20 @@ def needs_disk(snap: PolicySnapshot, state: dict[str, BundleState]) -> bool:
 
 
 class PolicyFollower:
-    """Start-up sync plus the poll loop of one process."""
+    """Start-up sync (:meth:`first_sync`) plus one poll (:meth:`sync`), called every
+    ``policy_poll_interval_ms`` by :class:`cosigner.tasks.Tasks`."""
 
-    def __init__(self, store: PolicyStore, db: Database, clock: Clock, *,
-                 interval_s: float) -> None:
+    def __init__(self, store: PolicyStore, db: Database, clock: Clock) -> None:
         self.store = store
         self.db = db
         self.clock = clock
-        self.interval_s = interval_s
         self._applied: dict[str, int] | None = None
         self._reloaded_for: dict[str, int] | None = None
         self._reported: set[tuple[str, str, str]] = set()
-        self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        """Sync once (an unavailable database is logged: nothing is active until the
-        loop reaches it, so decisions deny) and start polling."""
+    async def first_sync(self) -> None:
+        """Sync once at start (an unavailable database is logged: nothing is active until
+        a later :meth:`sync` reaches it, so decisions deny)."""
         try:
             async with change_lock(self.store):
                 await store_disk_state(store=self.store, db=self.db, actor=ACTOR,
@@ -76,24 +73,6 @@ class PolicyFollower:
         except CosignerError as exc:
             log.error("could not read the policy state; no policy is active until it can "
                       "be read: %s", exc.detail)
-        self._task = asyncio.create_task(self._run(), name="policy-follower")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.sync()
-            except CosignerError as exc:
-                log.warning("policy state poll failed: %s", exc.detail)
-            except Exception:  # the loop must survive anything; the next poll retries
-                log.exception("policy state poll failed")
 
     async def sync(self) -> bool:
         """Install the stored state if it changed; True when it did."""
