@@ -39,6 +39,11 @@ from cosigner.tasks import Tasks
 
 log = logging.getLogger("cosigner")
 
+NO_BUNDLE_WARNING = (
+    "no policy bundle found in %s: every decision will be denied (policy_not_loaded) and "
+    "/readyz stays 503; write a starter bundle with `cosigner init DIR` and set "
+    "COSIGNER_BUNDLE_DIRS")
+
 
 async def build_context(settings: Settings, clock: Clock) -> AppContext:
     """Open the database, load the keyring (from the database) and the policy
@@ -51,6 +56,8 @@ async def build_context(settings: Settings, clock: Clock) -> AppContext:
     snapshot = store.reload(check=check_bundle)
     for error in snapshot.errors:
         log.error("policy bundle not loaded: %s: %s", error.path, error.message)
+    if not store.discover():
+        log.warning(NO_BUNDLE_WARNING, ", ".join(str(d.resolve()) for d in settings.bundle_dirs))
     return AppContext(settings=settings, clock=clock, db=db, store=store, keyring=keyring,
                       key_store=key_store,
                       authenticator=KeyAuthenticator(db),
