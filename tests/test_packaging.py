@@ -104,14 +104,9 @@ def test_init_writes_a_starter_bundle_that_tests_and_serves(
 
 
 def _add_key(database_url: str) -> str:
-    import os
+    from tests.cli.test_reads import add_keys
 
-    env = dict(os.environ, COSIGNER_DATABASE_URL=database_url)
-    done = subprocess.run([sys.executable, "-m", "cosigner", "principals", "add-key",
-                           "--tenant", "starter-t", "--role", "runtime"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return add_keys(database_url, ("starter-t", "runtime", None))[0]
 
 
 def test_serve_with_no_bundle_warns_instead_of_denying_silently(

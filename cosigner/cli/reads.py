@@ -13,13 +13,13 @@ import json
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
-
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING, Any
 
 from cosigner.core.clock import system_clock
 from cosigner.core.settings import Settings
+
+if TYPE_CHECKING:  # the database layer is imported when a command runs, not by --help
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 def _json_flag(p: argparse.ArgumentParser) -> None:
@@ -77,6 +77,8 @@ def _print(document: dict[str, Any], as_json: bool, header: list[str],
 
 def list_principals(args: argparse.Namespace, settings: Settings) -> int:
     """Principals (API-key holders and web-form users) with roles and API key ids."""
+    from sqlalchemy import select
+
     from cosigner.db.tables import api_keys, principals
 
     async def query(conn: AsyncConnection) -> list[dict[str, Any]]:
@@ -120,6 +122,8 @@ def key_state(row: Any, now: datetime) -> str:
 
 def list_keys(args: argparse.Namespace, settings: Settings) -> int:
     """The permit and checkpoint signing keys in the database, newest first."""
+    from sqlalchemy import select
+
     from cosigner.db.tables_keys import signing_keys
 
     now = system_clock()

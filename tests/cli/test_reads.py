@@ -3,6 +3,7 @@ line, against the test's database: as tables and as ``--json``, never a secret."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -10,6 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cosigner.core.clock import system_clock
+from cosigner.db.database import Database
+from cosigner.identity.principals import create_api_key
 from tests.conftest import ROOT, Harness
 
 
@@ -28,14 +32,23 @@ def cosigner(database_url: str, *args: str, bundle_dirs: list[Path] | None = Non
     return done
 
 
+def add_keys(database_url: str, *specs: tuple[str, str, str | None]) -> list[str]:
+    """API keys for ``(tenant, role, subject)``, made in-process (not what is tested)."""
+    async def run() -> list[str]:
+        db = Database(database_url)
+        try:
+            return [(await create_api_key(db, tenant=t, roles=[r], subject=s,
+                                          clock=system_clock))[0] for t, r, s in specs]
+        finally:
+            await db.dispose()
+    return asyncio.run(run())
+
+
 def test_principals_list_shows_roles_and_key_ids_never_keys(database_url: str,
                                                            tenant: str) -> None:
-    runtime = cosigner(database_url, "principals", "add-key", "--tenant", tenant,
-                       "--role", "runtime", "--subject", "Runtime-1").stdout.strip()
-    finance = cosigner(database_url, "principals", "add-key", "--tenant", tenant,
-                       "--role", "finance", "--subject", "fiona").stdout.strip()
-    cosigner(database_url, "principals", "add-key", "--tenant", f"{tenant}-other",
-             "--role", "auditor")
+    runtime, finance, _ = add_keys(database_url, (tenant, "runtime", "Runtime-1"),
+                                   (tenant, "finance", "fiona"),
+                                   (f"{tenant}-other", "auditor", None))
     listed = cosigner(database_url, "principals", "list", "--tenant", tenant, "--json")
     found = json.loads(listed.stdout)["principals"]
     assert [(p["subject"], p["roles"], p["kind"]) for p in found] == [
