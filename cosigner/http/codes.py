@@ -137,6 +137,9 @@ def codes_for(name: str, *, authenticated: bool, body: bool, parameters: bool
         KeyError: a route missing from :data:`ROUTE_CODES` or a code missing from
         :data:`CODES` (the OpenAPI document is then not built: the table stays whole).
     """
+    if name not in ROUTE_CODES:
+        raise KeyError(f"route {name!r} is missing from cosigner.http.codes.ROUTE_CODES: "
+                       "list the codes it answers there")
     shared = ((AUTHENTICATED, authenticated), (BODY, body), (PARAMETERS, parameters))
     entries = [*ROUTE_CODES[name], *(code for codes, on in shared if on for code in codes)]
     by_status: dict[int, set[str]] = {}
