@@ -6,13 +6,15 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 DEMO_TENANT ?= demo
 
-.PHONY: serve test test-sqlite test-postgres lint typecheck openapi demo bench clean
+.PHONY: serve test test-sqlite test-postgres lint typecheck openapi lock demo bench clean
 
-$(STAMP): pyproject.toml $(wildcard clients/python/pyproject.toml)
+# Every dependency at the version requirements.lock pins: the versions the Docker image
+# ships (the Dockerfile installs with the same constraints file).
+$(STAMP): pyproject.toml requirements.lock $(wildcard clients/python/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	if [ -f clients/python/pyproject.toml ]; then $(BIN)/pip install --quiet -e 'clients/python[all]'; fi
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]'
+	if [ -f clients/python/pyproject.toml ]; then $(BIN)/pip install --quiet -c requirements.lock -e 'clients/python[all]'; fi
 	touch $(STAMP)
 
 ## serve: install, migrate ./var/cosigner.db, create the demo tenant's keys (printed once), serve on 127.0.0.1:$(PORT)
@@ -41,6 +43,10 @@ lint: $(STAMP)
 
 openapi: $(STAMP)
 	$(BIN)/python scripts/gen_openapi.py > openapi.yaml
+
+## lock: pin the installed dependency closure into requirements.lock (after changing a dependency)
+lock:
+	$(BIN)/python scripts/lock.py > requirements.lock
 
 demo: $(STAMP)
 	$(BIN)/cosigner demo

@@ -11,7 +11,6 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
 
@@ -21,8 +20,7 @@ from cosigner.core.clock import Clock, system_clock
 from cosigner.core.settings import Settings, get_settings
 from cosigner.db.database import Database
 from cosigner.decisions.pdp import decision_log_writer
-from cosigner.http import problems
-from cosigner.http.models.decisions import ProblemV1
+from cosigner.http import openapi, problems
 from cosigner.http.proxies import TrustedProxies
 from cosigner.http.routes import approvals as approvals_routes
 from cosigner.http.routes import audit as audit_routes
@@ -41,6 +39,11 @@ from cosigner.tasks import Tasks
 
 log = logging.getLogger("cosigner")
 
+NO_BUNDLE_WARNING = (
+    "no policy bundle found in %s: every decision will be denied (policy_not_loaded) and "
+    "/readyz stays 503; write a starter bundle with `cosigner init DIR` and set "
+    "COSIGNER_BUNDLE_DIRS")
+
 
 async def build_context(settings: Settings, clock: Clock) -> AppContext:
     """Open the database, load the keyring (from the database) and the policy
@@ -53,6 +56,8 @@ async def build_context(settings: Settings, clock: Clock) -> AppContext:
     snapshot = store.reload(check=check_bundle)
     for error in snapshot.errors:
         log.error("policy bundle not loaded: %s: %s", error.path, error.message)
+    if not store.discover():
+        log.warning(NO_BUNDLE_WARNING, ", ".join(str(d.resolve()) for d in settings.bundle_dirs))
     return AppContext(settings=settings, clock=clock, db=db, store=store, keyring=keyring,
                       key_store=key_store,
                       authenticator=KeyAuthenticator(db),
@@ -88,6 +93,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         version="0.1.0",
         summary="Policy decision and approval server for AI-agent tool calls.",
         lifespan=lifespan,
+        generate_unique_id_function=openapi.operation_id,
     )
     app.state.settings = settings
     problems.install(app)
@@ -102,7 +108,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     web.install(app)
     # Outermost, so every route and middleware sees the real client, scheme and host.
     app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
-    _register_schemas(app)
+    openapi.install(app)
     return app
 
 
@@ -116,29 +122,3 @@ def _tune_gc() -> None:
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(10_000, older, oldest)
-
-
-def _register_schemas(app: FastAPI) -> None:
-    """Add the models of self-parsed bodies and problem documents to the OpenAPI schema."""
-    from cosigner.http.models.approvals import RedeemRequestV1, ReviewAskV1, ReviewRequestV1
-    from cosigner.http.models.decisions import DecisionRequestV1
-    from cosigner.http.models.runs import OutcomeReportV1, RunContractV1
-
-    original = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema:
-            return app.openapi_schema
-        schema = original()
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (DecisionRequestV1, ProblemV1, RunContractV1, OutcomeReportV1,
-                      ReviewAskV1, ReviewRequestV1, RedeemRequestV1):
-            model_schema = model.model_json_schema(
-                ref_template="#/components/schemas/{model}")
-            for name, sub in model_schema.pop("$defs", {}).items():
-                components.setdefault(name, sub)
-            components[model.__name__] = model_schema
-        app.openapi_schema = schema
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]

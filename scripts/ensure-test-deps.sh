@@ -16,3 +16,8 @@ fi
 if [ ! -f "$(dirname "$0")/../tests/mcp/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" ]; then
   (cd "$(dirname "$0")/../tests/mcp" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# openapi-typescript, run on openapi.yaml by tests/http/test_openapi_clients.py, pinned by
+# tests/http/openapi_ts/package-lock.json.
+if [ ! -f "$(dirname "$0")/../tests/http/openapi_ts/node_modules/openapi-typescript/bin/cli.js" ]; then
+  (cd "$(dirname "$0")/../tests/http/openapi_ts" && npm ci --no-audit --no-fund --loglevel=error)
+fi

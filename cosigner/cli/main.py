@@ -16,7 +16,8 @@ from typing import Any
 
 from cosigner.cli import accounts as accounts_cli
 from cosigner.cli import audit as cli_audit
-from cosigner.cli import demo
+from cosigner.cli import demo, reads
+from cosigner.cli import init as init_cli
 from cosigner.cli import policy as policy_cli
 from cosigner.core.clock import system_clock
 from cosigner.core.settings import Settings, get_settings, parse_forwarded_allow_ips
@@ -165,19 +166,27 @@ def _noargs(_: argparse.ArgumentParser) -> None:
 COMMANDS: dict[str, Command] = {
     "serve": (_serve_args, _serve,
               "migrate the database (under a lock) and serve the HTTP API"),
+    "init": (init_cli.init_args, init_cli.init_cmd,
+             "write a starter policy bundle (catalogue, rules, golden cases) to DIR"),
     "migrate": (_noargs, _migrate,
                 "upgrade the database to this version's schema (under a lock), then exit"),
     "principals add-key": (_add_key_args, _add_key,
                            "create an API key for a tenant and print it once"),
     "principals add-user": (accounts_cli.add_user_args, accounts_cli.add_user,
                             "create or update a web-form user (approver) with a password"),
+    "principals list": (reads.principals_args, reads.list_principals,
+                        "list principals with their roles and API key ids (never a key)"),
     "principals disable": (accounts_cli.disable_args, accounts_cli.disable,
                            "disable a principal: sign-in refused, sessions ended, "
                            "API keys revoked"),
     "keys rotate": (_noargs, _keys_rotate,
                     "start signing with a new key; old keys stay in the JWKS"),
+    "keys list": (reads.keys_args, reads.list_keys,
+                  "list the signing keys: which signs now, which are next or retired"),
     "policy test": (policy_cli.test_args, policy_cli.run_test,
                     "run the golden cases of policy bundles offline"),
+    "policy list": (reads.policy_args, reads.list_policy,
+                    "list bundles on disk and which version is active or shadow where"),
     "policy reload": (policy_cli.reload_args, policy_cli.run_reload,
                       "ask a running server to reload its policy bundles"),
     "audit export": (cli_audit.export_args, cli_audit.export_cmd,

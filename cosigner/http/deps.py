@@ -45,6 +45,8 @@ async def authenticate(request: Request) -> Caller:
 #: Route parameter type for the authenticated caller.
 CallerDep = Annotated[Caller, Depends(authenticate)]
 
+#: Problem responses of a route. In the OpenAPI document, an authenticated route's are
+#: replaced by the statuses and ``x-codes`` it really answers (cosigner.http.openapi).
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"description": text, "content": {"application/problem+json": {
         "schema": {"$ref": "#/components/schemas/ProblemV1"}}}}

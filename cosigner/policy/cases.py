@@ -24,15 +24,17 @@ import concurrent.futures
 import copy
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
 from cosigner.core.errors import InvalidArgs, PolicyError
 from cosigner.policy.bundle import Bundle
-from cosigner.policy.rego_engine import RegoTestResult, run_rego_tests
 from cosigner.policy.result import EFFECTS, PolicyResult, deny
 from cosigner.policy.store import run_bundle
+
+if TYPE_CHECKING:  # regopy is imported only when a Rego bundle is loaded or tested
+    from cosigner.policy.rego_engine import RegoTestResult
 
 T = TypeVar("T")
 
@@ -183,6 +185,8 @@ async def test_bundle(bundle: Bundle) -> BundleReport:
     """Run a bundle's golden cases and, for Rego bundles, its ``test_`` rules."""
     report = BundleReport(bundle=bundle.ref(), cases=await run_cases(bundle))
     if bundle.manifest.engine == "rego":
+        from cosigner.policy.rego_engine import run_rego_tests
+
         report.rego_tests = await asyncio.to_thread(
             run_rego_tests, bundle.files, where=str(bundle.path)
         )

@@ -6,22 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import Field
 
 from cosigner.http.body import openapi_body, strict_body
 from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
-from cosigner.http.models.decisions import Wire
+from cosigner.http.models.policies import ActivateV1, ShadowV1
 from cosigner.policy import admin
 
 router = APIRouter(prefix="/v1/policies", tags=["policies"])
-
-
-class ActivateV1(Wire):
-    version: str = Field(min_length=1, max_length=64)
-
-
-class ShadowV1(Wire):
-    version: str | None = Field(max_length=64, description="null stops shadowing")
 
 
 def _context(request: Request, caller: Any) -> dict[str, Any]:
@@ -48,7 +39,7 @@ async def reload_policies(request: Request, caller: CallerDep) -> dict[str, Any]
 @router.post(
     "/{bundle_id}/activate", responses=PROBLEM_RESPONSES, openapi_extra=openapi_body(ActivateV1)
 )
-async def activate(bundle_id: str, request: Request, caller: CallerDep) -> dict[str, Any]:
+async def activate_version(bundle_id: str, request: Request, caller: CallerDep) -> dict[str, Any]:
     """Make a loaded version the active one on every replica: promote a shadow or roll
     back. A bundle serving only your tenant: its admins; any other: a system operator
     (403 ``not_policy_admin``). 404 unknown (or not your tenant's) bundle; 422
@@ -72,7 +63,7 @@ async def set_shadow(bundle_id: str, request: Request, caller: CallerDep) -> dic
 
 
 @router.get("/{bundle_id}/shadow", responses=PROBLEM_RESPONSES)
-async def shadow_report(bundle_id: str, request: Request, caller: CallerDep) -> dict[str, Any]:
+async def get_shadow_report(bundle_id: str, request: Request, caller: CallerDep) -> dict[str, Any]:
     """Where the shadow version disagreed with the active one in this tenant's decisions
     (a system operator: every tenant's): counts by tool and by ``active -> shadow``
     effect, with example decision ids (admin)."""
