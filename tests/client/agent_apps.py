@@ -1,0 +1,124 @@
+"""Agents built with real frameworks and scripted models (no network, no LLM), used by
+tests/client/test_adapters.py in the test process and in fresh processes (``python -m
+tests.client.agent_apps <framework> <phase> ...``) to resume from saved state.
+
+Every tool appends one line per execution to the file named by ``COSIGNER_TOOL_LOG``, so
+"ran exactly once" is counted across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+
+ACTORS = {"principal": {"id": "customer-42", "type": "customer"},
+          "initiator": {"id": "agent-support", "type": "agent"}}
+
+
+def record(tool: str, args: dict[str, Any]) -> None:
+    with open(os.environ["COSIGNER_TOOL_LOG"], "a", encoding="utf-8") as f:
+        f.write(json.dumps({"tool": tool, "args": args}) + "\n")
+
+
+def executions(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
+
+def issue_refund(order_id: str, amount_minor: int, currency: str, reason_code: str) -> str:
+    """Refund an order."""
+    record("issue_refund", {"order_id": order_id, "amount_minor": amount_minor,
+                            "currency": currency, "reason_code": reason_code})
+    return f"refunded {amount_minor} {currency} on {order_id}"
+
+
+def get_order(order_id: str) -> str:
+    """Look up an order."""
+    record("get_order", {"order_id": order_id})
+    return f"order {order_id}: 2 charges"
+
+
+TOOLS = {"issue_refund": issue_refund, "get_order": get_order}
+
+
+# ----------------------------------------------------------------- OpenAI Agents SDK
+
+
+def openai_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
+    from agents import Agent, ModelSettings
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.usage import Usage
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+
+    from cosigner_client.adapters.openai_agents import cosigned_tool
+
+    class ScriptedModel(Model):
+        """Proposes ``tool(args)``; once it has the tool's output, says what it read."""
+
+        async def get_response(self, system_instructions: Any, input: Any, *a: Any,
+                               **kw: Any) -> ModelResponse:
+            items = input if isinstance(input, list) else []
+            outputs = [i for i in items if isinstance(i, dict)
+                       and i.get("type") == "function_call_output"]
+            if outputs:
+                text = f"model read: {outputs[-1]['output']}"
+                out: Any = ResponseOutputMessage(
+                    id="msg_1", role="assistant", status="completed", type="message",
+                    content=[ResponseOutputText(annotations=[], text=text,
+                                                type="output_text")])
+            else:
+                out = ResponseFunctionToolCall(
+                    id="fc_1", call_id="call_1", name=tool, arguments=json.dumps(args),
+                    type="function_call", status="completed")
+            return ModelResponse(output=[out], usage=Usage(), response_id=None)
+
+        def stream_response(self, *a: Any, **kw: Any) -> AsyncIterator[Any]:
+            raise NotImplementedError
+
+    return Agent(name="support", instructions="help", model=ScriptedModel(),
+                 model_settings=ModelSettings(),
+                 tools=[cosigned_tool(gate, fn) for fn in TOOLS.values()])
+
+
+async def openai_resume(url: str, key: str, run: str, state_file: str) -> str:
+    from agents import RunState, Runner
+
+    from cosigner_client import AsyncGate
+    from cosigner_client.adapters.openai_agents import apply_approvals
+
+    saved = Path(state_file).read_text("utf-8")
+    async with AsyncGate(url, key, run=run, **ACTORS) as gate:
+        agent = openai_agent(gate, "unused", {})
+        state = await RunState.from_string(agent, saved)
+        waiting = await apply_approvals(gate, state)
+        if waiting:
+            return f"still waiting: {waiting[0].approval_id}"
+        result = await Runner.run(agent, state)
+        return str(result.final_output)
+
+
+# ----------------------------------------------------------------- entry point
+
+
+def main(argv: list[str]) -> None:
+    framework, phase, *rest = argv
+    if (framework, phase) == ("openai", "resume"):
+        print(asyncio.run(openai_resume(*rest)))
+    else:
+        raise SystemExit(f"unknown {framework} {phase}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

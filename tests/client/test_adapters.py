@@ -1,0 +1,141 @@
+"""Framework adapters against a live Cosigner and the real framework packages, each agent
+driven by a scripted model (tests/client/agent_apps.py): an allowed call runs once, a
+denied call is refused to the model and never runs, a call needing approval pauses the
+run, is approved through the API by a finance key, resumes and runs exactly once — and a
+second resume of the same saved state does not run it again. OpenAI Agents and LangGraph
+resume in a fresh process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.client import agent_apps
+from tests.client.agent_apps import ACTORS, executions
+from tests.client.conftest import REFUND, Live
+
+ROOT = Path(__file__).resolve().parents[2]
+ORDER = {"order_id": "ord_8472"}
+TOO_MUCH = {**REFUND, "amount_minor": 250000}
+
+
+@pytest.fixture
+def tool_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "executions.jsonl"
+    monkeypatch.setenv("COSIGNER_TOOL_LOG", str(path))
+    return path
+
+
+def fresh_process(*args: str) -> str:
+    """Run ``tests.client.agent_apps`` in a new interpreter (this worktree's client)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT / "clients" / "python"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "tests.client.agent_apps", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def run_id() -> str:
+    return f"run-{uuid.uuid4().hex[:12]}"
+
+
+# ----------------------------------------------------------------- OpenAI Agents SDK
+
+agents_sdk = pytest.importorskip("agents")
+
+
+async def openai_run(live: Live, run: str, tool: str, args: dict[str, Any]) -> Any:
+    from agents import Runner
+
+    from cosigner_client import AsyncGate
+
+    async with AsyncGate(live.url, live.runtime, run=run, **ACTORS) as gate:
+        return await Runner.run(agent_apps.openai_agent(gate, tool, args), "go")
+
+
+def test_openai_agents_allowed_call_runs_once(live: Live, tool_log: Path) -> None:
+    result = asyncio.run(openai_run(live, run_id(), "get_order", ORDER))
+    assert result.interruptions == []
+    assert result.final_output == "model read: order ord_8472: 2 charges"
+    assert executions(tool_log) == [{"tool": "get_order", "args": ORDER}]
+
+
+def test_openai_agents_denied_call_is_refused_to_the_model(live: Live, tool_log: Path
+                                                           ) -> None:
+    result = asyncio.run(openai_run(live, run_id(), "issue_refund", TOO_MUCH))
+    assert result.interruptions == []
+    assert result.final_output.startswith("model read: Cosigner denied this call "
+                                          "(over_hard_limit")
+    assert executions(tool_log) == []
+
+
+def test_openai_agents_approval_pauses_and_resumes_once_in_a_fresh_process(
+        live: Live, tool_log: Path, tmp_path: Path) -> None:
+    from cosigner_client import AsyncGate
+    from cosigner_client.adapters.openai_agents import pending_approvals
+
+    run = run_id()
+
+    async def start() -> tuple[Any, list[Any]]:
+        async with AsyncGate(live.url, live.runtime, run=run, **ACTORS) as gate:
+            from agents import Runner
+
+            result = await Runner.run(
+                agent_apps.openai_agent(gate, "issue_refund", REFUND), "go")
+            return result, await pending_approvals(gate, result.interruptions)
+
+    result, paused = asyncio.run(start())
+    assert len(result.interruptions) == 1 and len(paused) == 1
+    approval = paused[0]
+    assert approval.tool == "issue_refund" and approval.args == REFUND
+    assert approval.review_url and approval.review_url.endswith(
+        f"/ui/approvals/{approval.approval_id}")
+    state_file = tmp_path / "state.json"
+    state_file.write_text(result.to_state().to_string(), "utf-8")
+    assert executions(tool_log) == []
+
+    # Not approved yet: a resume leaves the run interrupted and runs nothing.
+    args = ("openai", "resume", live.url, live.runtime, run, str(state_file))
+    assert fresh_process(*args) == f"still waiting: {approval.approval_id}"
+    assert executions(tool_log) == []
+
+    assert live.review(approval.approval_id).status_code == 200
+    assert fresh_process(*args) == "model read: refunded 200000 USD on ord_8472"
+    assert executions(tool_log) == [{"tool": "issue_refund", "args": REFUND}]
+
+    # The same saved state resumed again: the permit is spent, the body does not run.
+    again = fresh_process(*args)
+    assert "already_redeemed" in again
+    assert len(executions(tool_log)) == 1
+
+
+def test_openai_agents_rejection_reaches_the_model(live: Live, tool_log: Path,
+                                                  tmp_path: Path) -> None:
+    from cosigner_client import AsyncGate
+    from cosigner_client.adapters.openai_agents import apply_approvals, pending_approvals
+
+    run = run_id()
+
+    async def scenario() -> str:
+        from agents import Runner
+
+        async with AsyncGate(live.url, live.runtime, run=run, **ACTORS) as gate:
+            agent = agent_apps.openai_agent(gate, "issue_refund", REFUND)
+            result = await Runner.run(agent, "go")
+            (paused,) = await pending_approvals(gate, result.interruptions)
+            assert live.review(paused.approval_id, "rejected").status_code == 200
+            state = result.to_state()
+            assert await apply_approvals(gate, state) == []
+            return str((await Runner.run(agent, state)).final_output)
+
+    text = asyncio.run(scenario())
+    assert text.startswith("model read: A reviewer did not approve this call (rejected)")
+    assert executions(tool_log) == []
