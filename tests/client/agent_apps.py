@@ -52,7 +52,7 @@ TOOLS = {"issue_refund": issue_refund, "get_order": get_order}
 
 
 def openai_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
-    from agents import Agent, ModelSettings
+    from agents import Agent, ModelSettings, set_tracing_disabled
     from agents.items import ModelResponse
     from agents.models.interface import Model
     from agents.usage import Usage
@@ -87,6 +87,7 @@ def openai_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
         def stream_response(self, *a: Any, **kw: Any) -> AsyncIterator[Any]:
             raise NotImplementedError
 
+    set_tracing_disabled(True)
     return Agent(name="support", instructions="help", model=ScriptedModel(),
                  model_settings=ModelSettings(),
                  tools=[cosigned_tool(gate, fn) for fn in TOOLS.values()])
@@ -109,6 +110,58 @@ async def openai_resume(url: str, key: str, run: str, state_file: str) -> str:
         return str(result.final_output)
 
 
+# ----------------------------------------------------------------- LangGraph
+
+
+def langgraph_app(gate: Any, tool: str, args: dict[str, Any], db: str) -> Any:
+    """model node (scripted) → Cosigner's tool node → model node, checkpointed in SQLite."""
+    import sqlite3
+
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from cosigner_client.adapters.langgraph import cosigner_tool_node
+
+    def model(state: Any) -> Any:
+        last = state["messages"][-1]
+        if isinstance(last, ToolMessage):
+            return {"messages": [AIMessage(content=f"model read: {last.content}")]}
+        return {"messages": [AIMessage(content="", tool_calls=[
+            {"name": tool, "args": args, "id": "call_1", "type": "tool_call"}])]}
+
+    def route(state: Any) -> Any:
+        last = state["messages"][-1]
+        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", model)
+    builder.add_node("tools", cosigner_tool_node(gate, list(TOOLS.values()),
+                                                 side_effects={"get_order": "read"}))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", route, ["tools", END])
+    builder.add_edge("tools", "model")
+    saver = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
+    return builder.compile(checkpointer=saver)
+
+
+def langgraph_resume(url: str, key: str, run: str, db: str, thread: str,
+                     checkpoint: str = "") -> str:
+    from langgraph.types import Command
+
+    from cosigner_client import Gate
+
+    with Gate(url, key, run=run, **ACTORS) as gate:
+        graph = langgraph_app(gate, "unused", {}, db)
+        configurable = {"thread_id": thread}
+        if checkpoint:  # resume from this saved checkpoint (again)
+            configurable["checkpoint_id"] = checkpoint
+        out = graph.invoke(Command(resume={"wait": 1}), {"configurable": configurable})
+        if out.get("__interrupt__"):
+            return f"still waiting: {out['__interrupt__'][0].value['approval_id']}"
+        return str(out["messages"][-1].content)
+
+
 # ----------------------------------------------------------------- entry point
 
 
@@ -116,6 +169,8 @@ def main(argv: list[str]) -> None:
     framework, phase, *rest = argv
     if (framework, phase) == ("openai", "resume"):
         print(asyncio.run(openai_resume(*rest)))
+    elif (framework, phase) == ("langgraph", "resume"):
+        print(langgraph_resume(*rest))
     else:
         raise SystemExit(f"unknown {framework} {phase}")
 

@@ -103,9 +103,12 @@ def test_openai_agents_approval_pauses_and_resumes_once_in_a_fresh_process(
     assert executions(tool_log) == []
 
     # Not approved yet: a resume leaves the run interrupted and runs nothing.
-    args = ("openai", "resume", live.url, live.runtime, run, str(state_file))
-    assert fresh_process(*args) == f"still waiting: {approval.approval_id}"
+    still = asyncio.run(agent_apps.openai_resume(live.url, live.runtime, run,
+                                                 str(state_file)))
+    assert still == f"still waiting: {approval.approval_id}"
     assert executions(tool_log) == []
+
+    args = ("openai", "resume", live.url, live.runtime, run, str(state_file))
 
     assert live.review(approval.approval_id).status_code == 200
     assert fresh_process(*args) == "model read: refunded 200000 USD on ord_8472"
@@ -139,3 +142,68 @@ def test_openai_agents_rejection_reaches_the_model(live: Live, tool_log: Path,
     text = asyncio.run(scenario())
     assert text.startswith("model read: A reviewer did not approve this call (rejected)")
     assert executions(tool_log) == []
+
+
+# ----------------------------------------------------------------- LangGraph
+
+langgraph = pytest.importorskip("langgraph")
+
+
+def langgraph_run(live: Live, run: str, tool: str, args: dict[str, Any], db: Path
+                  ) -> dict[str, Any]:
+    from langchain_core.messages import HumanMessage
+
+    from cosigner_client import Gate
+
+    with Gate(live.url, live.runtime, run=run, **ACTORS) as gate:
+        graph = agent_apps.langgraph_app(gate, tool, args, str(db))
+        out: dict[str, Any] = graph.invoke({"messages": [HumanMessage("go")]},
+                                           {"configurable": {"thread_id": "t1"}})
+        out["checkpoint_id"] = graph.get_state(
+            {"configurable": {"thread_id": "t1"}}).config["configurable"]["checkpoint_id"]
+        return out
+
+
+def test_langgraph_allowed_call_runs_once(live: Live, tool_log: Path, tmp_path: Path
+                                          ) -> None:
+    out = langgraph_run(live, run_id(), "get_order", ORDER, tmp_path / "graph.db")
+    assert "__interrupt__" not in out
+    assert out["messages"][-1].content == "model read: order ord_8472: 2 charges"
+    assert executions(tool_log) == [{"tool": "get_order", "args": ORDER}]
+
+
+def test_langgraph_denied_call_is_refused_to_the_model(live: Live, tool_log: Path,
+                                                       tmp_path: Path) -> None:
+    out = langgraph_run(live, run_id(), "issue_refund", TOO_MUCH, tmp_path / "graph.db")
+    assert "__interrupt__" not in out
+    assert out["messages"][-2].status == "error"
+    assert out["messages"][-1].content.startswith(
+        "model read: Cosigner denied this call (over_hard_limit")
+    assert executions(tool_log) == []
+
+
+def test_langgraph_approval_interrupts_and_resumes_once_in_a_fresh_process(
+        live: Live, tool_log: Path, tmp_path: Path) -> None:
+    run, db = run_id(), tmp_path / "graph.db"
+    out = langgraph_run(live, run, "issue_refund", REFUND, db)
+    (pause,) = out["__interrupt__"]
+    approval_id = pause.value["approval_id"]
+    assert pause.value["tool"] == "issue_refund" and pause.value["args"] == REFUND
+    assert pause.value["review_url"].endswith(f"/ui/approvals/{approval_id}")
+    assert executions(tool_log) == []
+
+    # Resumed before anyone approved: the node asks again, nothing runs.
+    assert agent_apps.langgraph_resume(live.url, live.runtime, run, str(db), "t1") == (
+        f"still waiting: {approval_id}")
+    assert executions(tool_log) == []
+
+    assert live.review(approval_id).status_code == 200
+    args = ("langgraph", "resume", live.url, live.runtime, run, str(db), "t1")
+    assert fresh_process(*args) == "model read: refunded 200000 USD on ord_8472"
+    assert executions(tool_log) == [{"tool": "issue_refund", "args": REFUND}]
+
+    # Resumed again from the interrupted checkpoint: the permit is spent.
+    again = fresh_process(*args, out["checkpoint_id"])
+    assert again.startswith("model read: The permit for this call was refused "
+                            "(already_redeemed)")
+    assert len(executions(tool_log)) == 1
