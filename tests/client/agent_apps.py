@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-
 ACTORS = {"principal": {"id": "customer-42", "type": "customer"},
           "initiator": {"id": "agent-support", "type": "agent"}}
 
@@ -56,13 +55,12 @@ def openai_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
     from agents.items import ModelResponse
     from agents.models.interface import Model
     from agents.usage import Usage
+    from cosigner_client.adapters.openai_agents import cosigned_tool
     from openai.types.responses import (
         ResponseFunctionToolCall,
         ResponseOutputMessage,
         ResponseOutputText,
     )
-
-    from cosigner_client.adapters.openai_agents import cosigned_tool
 
     class ScriptedModel(Model):
         """Proposes ``tool(args)``; once it has the tool's output, says what it read."""
@@ -94,8 +92,7 @@ def openai_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
 
 
 async def openai_resume(url: str, key: str, run: str, state_file: str) -> str:
-    from agents import RunState, Runner
-
+    from agents import Runner, RunState
     from cosigner_client import AsyncGate
     from cosigner_client.adapters.openai_agents import apply_approvals
 
@@ -117,11 +114,10 @@ def langgraph_app(gate: Any, tool: str, args: dict[str, Any], db: str) -> Any:
     """model node (scripted) → Cosigner's tool node → model node, checkpointed in SQLite."""
     import sqlite3
 
+    from cosigner_client.adapters.langgraph import cosigner_tool_node
     from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.graph import END, START, MessagesState, StateGraph
-
-    from cosigner_client.adapters.langgraph import cosigner_tool_node
 
     def model(state: Any) -> Any:
         last = state["messages"][-1]
@@ -147,9 +143,8 @@ def langgraph_app(gate: Any, tool: str, args: dict[str, Any], db: str) -> Any:
 
 def langgraph_resume(url: str, key: str, run: str, db: str, thread: str,
                      checkpoint: str = "") -> str:
-    from langgraph.types import Command
-
     from cosigner_client import Gate
+    from langgraph.types import Command
 
     with Gate(url, key, run=run, **ACTORS) as gate:
         graph = langgraph_app(gate, "unused", {}, db)

@@ -54,7 +54,6 @@ agents_sdk = pytest.importorskip("agents")
 
 async def openai_run(live: Live, run: str, tool: str, args: dict[str, Any]) -> Any:
     from agents import Runner
-
     from cosigner_client import AsyncGate
 
     async with AsyncGate(live.url, live.runtime, run=run, **ACTORS) as gate:
@@ -151,9 +150,8 @@ langgraph = pytest.importorskip("langgraph")
 
 def langgraph_run(live: Live, run: str, tool: str, args: dict[str, Any], db: Path
                   ) -> dict[str, Any]:
-    from langchain_core.messages import HumanMessage
-
     from cosigner_client import Gate
+    from langchain_core.messages import HumanMessage
 
     with Gate(live.url, live.runtime, run=run, **ACTORS) as gate:
         graph = agent_apps.langgraph_app(gate, tool, args, str(db))
@@ -207,3 +205,95 @@ def test_langgraph_approval_interrupts_and_resumes_once_in_a_fresh_process(
     assert again.startswith("model read: The permit for this call was refused "
                             "(already_redeemed)")
     assert len(executions(tool_log)) == 1
+
+
+# ----------------------------------------------------------------- @cosigned + result adapters
+
+
+class ScriptedClaude:
+    """A scripted Anthropic-style model: one ``tool_use`` block per turn, and a transcript
+    of the ``tool_result`` blocks it was sent back."""
+
+    def __init__(self, *calls: tuple[str, dict[str, Any]]) -> None:
+        self.turns = [{"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": args}
+                      for i, (name, args) in enumerate(calls)]
+        self.seen: list[dict[str, Any]] = []
+
+    def run(self, tools: dict[str, Any]) -> list[dict[str, Any]]:
+        from cosigner_client import from_anthropic
+        from cosigner_client.adapters.results import anthropic_tool_result
+
+        for block in self.turns:
+            call = from_anthropic(block)
+            value = tools[call.name](**call.args)
+            self.seen.append(anthropic_tool_result(str(call.id), value))
+        return self.seen
+
+
+def cosigned_tools(gate: Any, **options: Any) -> dict[str, Any]:
+    from cosigner_client.adapters.decorator import cosigned
+
+    return {name: cosigned(gate, **options)(fn) for name, fn in agent_apps.TOOLS.items()}
+
+
+def test_decorator_allowed_and_denied_calls_reach_the_model(live: Live, tool_log: Path
+                                                            ) -> None:
+    from cosigner_client import Gate
+    from cosigner_client.adapters.results import openai_tool_output
+
+    model = ScriptedClaude(("get_order", ORDER), ("issue_refund", TOO_MUCH))
+    with Gate(live.url, live.runtime, run=run_id(), **ACTORS) as gate:
+        tools = cosigned_tools(gate)
+        assert tools["get_order"].tool_name == "get_order"  # the function's name
+        allowed, denied = model.run(tools)
+        assert allowed == {"type": "tool_result", "tool_use_id": "toolu_0",
+                           "content": "order ord_8472: 2 charges", "is_error": False}
+        assert denied["is_error"] is True and denied["tool_use_id"] == "toolu_1"
+        assert denied["content"].startswith("Cosigner denied this call (over_hard_limit")
+        refused = tools["issue_refund"](**TOO_MUCH)
+        assert openai_tool_output("call_9", refused) == {
+            "type": "function_call_output", "call_id": "call_9", "output": str(refused)}
+    assert executions(tool_log) == [{"tool": "get_order", "args": ORDER}]
+
+
+def test_decorator_can_raise_on_refusal(live: Live, tool_log: Path) -> None:
+    from cosigner_client import CallRefused, Gate
+
+    with Gate(live.url, live.runtime, run=run_id(), **ACTORS) as gate:
+        tools = cosigned_tools(gate, on_refusal="raise")
+        with pytest.raises(CallRefused) as info:
+            tools["issue_refund"](**TOO_MUCH)
+    assert info.value.code == "over_hard_limit"
+    assert executions(tool_log) == []
+
+
+def test_decorator_pauses_and_resumes_from_the_approval_id_once(live: Live, tool_log: Path
+                                                                ) -> None:
+    from cosigner_client import Gate
+    from cosigner_client.adapters.results import anthropic_tool_result
+    from cosigner_client.pause import ApprovalPending, resume
+
+    run = run_id()
+    with Gate(live.url, live.runtime, run=run, **ACTORS) as gate:
+        tools = cosigned_tools(gate, on_approval="pause")
+        with pytest.raises(ApprovalPending) as info:
+            tools["issue_refund"](**REFUND)
+        paused = info.value.paused
+        assert paused.review_url and paused.review_url.endswith(paused.approval_id)
+        pending = tools["issue_refund"].resume(paused.approval_id)
+        assert pending.code == "pending" and executions(tool_log) == []
+    assert live.review(paused.approval_id).status_code == 200
+
+    # Another gate (another process would do the same): the approval id is enough.
+    with Gate(live.url, live.runtime, run=run, **ACTORS) as gate:
+        other = {**REFUND, "amount_minor": 199999}
+        mismatch = resume(gate, paused.approval_id, agent_apps.issue_refund, args=other)
+        assert mismatch.status == "redeem_refused" and mismatch.code == "args_mismatch"
+        tools = cosigned_tools(gate, on_approval="pause")
+        done = tools["issue_refund"].resume(paused.approval_id)
+        assert done == "refunded 200000 USD on ord_8472"
+        again = resume(gate, paused.approval_id, agent_apps.issue_refund)  # tool, args: its own
+        assert again.status == "redeem_refused" and again.code == "already_redeemed"
+        second = tools["issue_refund"].resume(paused.approval_id)
+        assert anthropic_tool_result("toolu_1", second)["is_error"] is True
+    assert executions(tool_log) == [{"tool": "issue_refund", "args": REFUND}]

@@ -50,8 +50,9 @@ from cosigner_client.models import (
 if TYPE_CHECKING:
     from cosigner_client.gate import AsyncGate, Gate
 
-__all__ = ["Paused", "acheck", "aread_approval", "aresume", "arun_decided", "check", "read_approval",
-           "refusal_text", "resume", "run_decided", "stable_request_id"]
+__all__ = ["ApprovalPending", "Paused", "Refusal", "acheck", "aread_approval", "aresume",
+           "arun_decided", "check", "read_approval", "refusal_text", "resume", "run_decided",
+           "stable_request_id"]
 
 _NO_SIDE_EFFECT_CLASSES = frozenset({"none", "read"})
 
@@ -289,3 +290,33 @@ def read_approval(gate: Gate, approval_id: str) -> Approval:
 async def aread_approval(gate: AsyncGate, approval_id: str) -> Approval:
     """See :func:`read_approval`."""
     return await gate._drive(_read_approval(gate._p, approval_id))
+
+
+class Refusal(str):
+    """A refusal as the model reads it: a ``str`` (so it can be a tool's return value)
+    that remembers it is one (``code``, ``result``) for the result adapters."""
+
+    code: str
+    result: CallResult | None
+
+    def __new__(cls, text: str, *, code: str = "refused", result: CallResult | None = None
+                ) -> Refusal:
+        self = super().__new__(cls, text)
+        self.code, self.result = code, result
+        return self
+
+    @classmethod
+    def of(cls, result: CallResult) -> Refusal:
+        return cls(refusal_text(result), code=result.code, result=result)
+
+
+class ApprovalPending(GateError):
+    """Raised (when asked for) instead of waiting: the call needs people. ``paused``
+    holds the approval id and review URL to resume from."""
+
+    code = "approval_required"
+
+    def __init__(self, paused: Paused) -> None:
+        where = paused.review_url or paused.approval_id
+        super().__init__(f"{paused.tool} needs approval: {where}", code="approval_required")
+        self.paused = paused
