@@ -4,8 +4,8 @@ An executor may check a permit without calling the server: signature (``alg`` pi
 ``Ed25519``, RFC 9864; the key chosen by ``kid`` from the JWKS only), issuer, audience,
 ``exp``/``nbf`` (expired when ``now >= exp``, RFC 7519 §4.1.4), tenant, tool and the args
 hash of the exact arguments. Built with :meth:`PermitVerifier.from_server` it follows key
-rotations: an unknown ``kid`` refetches the JWKS (rate-limited). It cannot know whether the permit was already redeemed or
-revoked: single use needs ``Gate.redeem``; use this as an extra check, not instead.
+rotations: an unknown ``kid`` refetches the JWKS (rate-limited). It cannot know whether the
+permit was already redeemed or revoked: single use needs ``Gate.redeem``; use this as an extra check, not instead.
 """
 
 from __future__ import annotations
