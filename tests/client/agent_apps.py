@@ -157,6 +157,28 @@ def langgraph_resume(url: str, key: str, run: str, db: str, thread: str,
         return str(out["messages"][-1].content)
 
 
+# ----------------------------------------------------------------- Pydantic AI
+
+
+def pydantic_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
+    """An agent whose scripted ``FunctionModel`` proposes ``tool(args)`` and then says
+    what the tool returned."""
+    from cosigner_client.adapters.pydantic_ai import cosigned_tool
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.tools import DeferredToolRequests
+
+    def script(messages: list[Any], info: AgentInfo) -> ModelResponse:
+        returned = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+        if returned:
+            return ModelResponse(parts=[TextPart(f"model read: {returned[-1].content}")])
+        return ModelResponse(parts=[ToolCallPart(tool, args, tool_call_id="call_1")])
+
+    return Agent(FunctionModel(script), output_type=[str, DeferredToolRequests],
+                 tools=[cosigned_tool(gate, fn) for fn in TOOLS.values()])
+
+
 # ----------------------------------------------------------------- entry point
 
 

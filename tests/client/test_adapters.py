@@ -297,3 +297,71 @@ def test_decorator_pauses_and_resumes_from_the_approval_id_once(live: Live, tool
         second = tools["issue_refund"].resume(paused.approval_id)
         assert anthropic_tool_result("toolu_1", second)["is_error"] is True
     assert executions(tool_log) == [{"tool": "issue_refund", "args": REFUND}]
+
+
+# ----------------------------------------------------------------- Pydantic AI
+
+
+def pydantic_run(live: Live, run: str, tool: str, args: dict[str, Any]) -> Any:
+    from cosigner_client import AsyncGate
+
+    async def go() -> Any:
+        async with AsyncGate(live.url, live.runtime, run=run, **ACTORS) as gate:
+            return await agent_apps.pydantic_agent(gate, tool, args).run("go")
+
+    return asyncio.run(go())
+
+
+def test_pydantic_ai_allowed_call_runs_once(live: Live, tool_log: Path) -> None:
+    pytest.importorskip("pydantic_ai")
+    result = pydantic_run(live, run_id(), "get_order", ORDER)
+    assert result.output == "model read: order ord_8472: 2 charges"
+    assert executions(tool_log) == [{"tool": "get_order", "args": ORDER}]
+
+
+def test_pydantic_ai_denied_call_is_refused_to_the_model(live: Live, tool_log: Path
+                                                         ) -> None:
+    pytest.importorskip("pydantic_ai")
+    result = pydantic_run(live, run_id(), "issue_refund", TOO_MUCH)
+    assert result.output.startswith("model read: Cosigner denied this call (over_hard_limit")
+    assert executions(tool_log) == []
+
+
+def test_pydantic_ai_deferred_approval_resolved_from_cosigner_runs_once(
+        live: Live, tool_log: Path) -> None:
+    pytest.importorskip("pydantic_ai")
+    from cosigner_client import AsyncGate
+    from cosigner_client.adapters.pydantic_ai import approval_results
+    from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved
+
+    run = run_id()
+
+    async def scenario() -> None:
+        async with AsyncGate(live.url, live.runtime, run=run, **ACTORS) as gate:
+            agent = agent_apps.pydantic_agent(gate, "issue_refund", REFUND)
+            first = await agent.run("go")
+            assert isinstance(first.output, DeferredToolRequests)
+            (part,) = first.output.approvals
+            meta = first.output.metadata[part.tool_call_id]
+            assert meta["review_url"].endswith(f"/ui/approvals/{meta['approval_id']}")
+            history = first.all_messages()
+
+            results, waiting = await approval_results(gate, first.output)
+            assert [w.approval_id for w in waiting] == [meta["approval_id"]]
+            # Approving in Pydantic AI alone carries no authority: nothing runs.
+            forged = await agent.run(message_history=history, deferred_tool_results=(
+                DeferredToolResults(approvals={part.tool_call_id: ToolApproved()})))
+            assert forged.output.startswith("model read: This call is waiting for approval")
+            assert executions(tool_log) == []
+
+            assert live.review(meta["approval_id"]).status_code == 200
+            results, waiting = await approval_results(gate, first.output)
+            assert waiting == []
+            done = await agent.run(message_history=history, deferred_tool_results=results)
+            assert done.output == "model read: refunded 200000 USD on ord_8472"
+            again = await agent.run(message_history=history, deferred_tool_results=results)
+            assert again.output.startswith("model read: The permit for this call was refused "
+                                           "(already_redeemed)")
+
+    asyncio.run(scenario())
+    assert executions(tool_log) == [{"tool": "issue_refund", "args": REFUND}]

@@ -5,7 +5,8 @@ An executor may check a permit without calling the server: signature (``alg`` pi
 ``exp``/``nbf`` (expired when ``now >= exp``, RFC 7519 §4.1.4), tenant, tool and the args
 hash of the exact arguments. Built with :meth:`PermitVerifier.from_server` it follows key
 rotations: an unknown ``kid`` refetches the JWKS (rate-limited). It cannot know whether the
-permit was already redeemed or revoked: single use needs ``Gate.redeem``; use this as an extra check, not instead.
+permit was already redeemed or revoked: single use needs ``Gate.redeem``; use this as an
+extra check, not instead.
 """
 
 from __future__ import annotations
