@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.types import interrupt
 
@@ -84,7 +84,7 @@ def cosigner_tool_node(gate: Gate, tools: Sequence[BaseTool | Callable[..., Any]
         if run is None:
             raise ValueError("the gate has no run: pass run= or call start_run() first")
         # 1. decide every call (replayed by request id when this node runs again)
-        decided: list[tuple[dict[str, Any], Decision | None, Paused | None]] = []
+        decided: list[tuple[ToolCall, Decision | None, Paused | None]] = []
         for call in calls:
             if call["name"] not in by_name:
                 decided.append((call, None, None))
@@ -103,9 +103,9 @@ def cosigner_tool_node(gate: Gate, tools: Sequence[BaseTool | Callable[..., Any]
                     break
         # 3. run what Cosigner permits, once
         out = []
-        for call, decision, paused in decided:
+        for call, decided_as, paused in decided:
             name, args = call["name"], dict(call["args"])
-            if decision is None:
+            if decided_as is None:
                 out.append(ToolMessage(content=f"Unknown tool {name}.", name=name,
                                        tool_call_id=call["id"], status="error"))
                 continue
@@ -115,7 +115,7 @@ def cosigner_tool_node(gate: Gate, tools: Sequence[BaseTool | Callable[..., Any]
                 result = resume(gate, paused.approval_id, fn, tool=name, args=args,
                                 side_effect=classes.get(name))
             else:
-                result = run_decided(gate, decision, name, args, fn,
+                result = run_decided(gate, decided_as, name, args, fn,
                                      side_effect=classes.get(name))
             if result.executed:
                 out.append(ToolMessage(content=str(result.value), name=name,
