@@ -50,12 +50,13 @@ TOOLS = {"issue_refund": issue_refund, "get_order": get_order}
 # ----------------------------------------------------------------- OpenAI Agents SDK
 
 
-def openai_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
-    from agents import Agent, ModelSettings, set_tracing_disabled
+def openai_scripted_model(tool: str, args: dict[str, Any]) -> Any:
+    """An OpenAI Agents ``Model`` that proposes ``tool(args)``; once it has the tool's
+    output, it says what it read."""
+    from agents import set_tracing_disabled
     from agents.items import ModelResponse
     from agents.models.interface import Model
     from agents.usage import Usage
-    from cosigner_client.adapters.openai_agents import cosigned_tool
     from openai.types.responses import (
         ResponseFunctionToolCall,
         ResponseOutputMessage,
@@ -63,8 +64,6 @@ def openai_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
     )
 
     class ScriptedModel(Model):
-        """Proposes ``tool(args)``; once it has the tool's output, says what it read."""
-
         async def get_response(self, system_instructions: Any, input: Any, *a: Any,
                                **kw: Any) -> ModelResponse:
             items = input if isinstance(input, list) else []
@@ -86,8 +85,14 @@ def openai_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
             raise NotImplementedError
 
     set_tracing_disabled(True)
-    return Agent(name="support", instructions="help", model=ScriptedModel(),
-                 model_settings=ModelSettings(),
+    return ScriptedModel()
+
+
+def openai_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
+    from agents import Agent
+    from cosigner_client.adapters.openai_agents import cosigned_tool
+
+    return Agent(name="support", instructions="help", model=openai_scripted_model(tool, args),
                  tools=[cosigned_tool(gate, fn) for fn in TOOLS.values()])
 
 
@@ -110,14 +115,10 @@ async def openai_resume(url: str, key: str, run: str, state_file: str) -> str:
 # ----------------------------------------------------------------- LangGraph
 
 
-def langgraph_app(gate: Any, tool: str, args: dict[str, Any], db: str) -> Any:
-    """model node (scripted) → Cosigner's tool node → model node, checkpointed in SQLite."""
-    import sqlite3
-
-    from cosigner_client.adapters.langgraph import cosigner_tool_node
+def langgraph_scripted_model(tool: str, args: dict[str, Any]) -> Any:
+    """A graph node standing for the model: proposes ``tool(args)``, then says what the
+    tool message read."""
     from langchain_core.messages import AIMessage, ToolMessage
-    from langgraph.checkpoint.sqlite import SqliteSaver
-    from langgraph.graph import END, START, MessagesState, StateGraph
 
     def model(state: Any) -> Any:
         last = state["messages"][-1]
@@ -125,6 +126,20 @@ def langgraph_app(gate: Any, tool: str, args: dict[str, Any], db: str) -> Any:
             return {"messages": [AIMessage(content=f"model read: {last.content}")]}
         return {"messages": [AIMessage(content="", tool_calls=[
             {"name": tool, "args": args, "id": "call_1", "type": "tool_call"}])]}
+
+    return model
+
+
+def langgraph_app(gate: Any, tool: str, args: dict[str, Any], db: str) -> Any:
+    """model node (scripted) → Cosigner's tool node → model node, checkpointed in SQLite."""
+    import sqlite3
+
+    from cosigner_client.adapters.langgraph import cosigner_tool_node
+    from langchain_core.messages import AIMessage
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    model = langgraph_scripted_model(tool, args)
 
     def route(state: Any) -> Any:
         last = state["messages"][-1]
@@ -160,14 +175,10 @@ def langgraph_resume(url: str, key: str, run: str, db: str, thread: str,
 # ----------------------------------------------------------------- Pydantic AI
 
 
-def pydantic_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
-    """An agent whose scripted ``FunctionModel`` proposes ``tool(args)`` and then says
-    what the tool returned."""
-    from cosigner_client.adapters.pydantic_ai import cosigned_tool
-    from pydantic_ai import Agent
+def pydantic_scripted_model(tool: str, args: dict[str, Any]) -> Any:
+    """A ``FunctionModel`` that proposes ``tool(args)``, then says what the tool returned."""
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
-    from pydantic_ai.tools import DeferredToolRequests
 
     def script(messages: list[Any], info: AgentInfo) -> ModelResponse:
         returned = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
@@ -175,7 +186,17 @@ def pydantic_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
             return ModelResponse(parts=[TextPart(f"model read: {returned[-1].content}")])
         return ModelResponse(parts=[ToolCallPart(tool, args, tool_call_id="call_1")])
 
-    return Agent(FunctionModel(script), output_type=[str, DeferredToolRequests],
+    return FunctionModel(script)
+
+
+def pydantic_agent(gate: Any, tool: str, args: dict[str, Any]) -> Any:
+    """An agent whose scripted ``FunctionModel`` proposes ``tool(args)`` and then says
+    what the tool returned."""
+    from cosigner_client.adapters.pydantic_ai import cosigned_tool
+    from pydantic_ai import Agent
+    from pydantic_ai.tools import DeferredToolRequests
+
+    return Agent(pydantic_scripted_model(tool, args), output_type=[str, DeferredToolRequests],
                  tools=[cosigned_tool(gate, fn) for fn in TOOLS.values()])
 
 
