@@ -365,3 +365,33 @@ def test_pydantic_ai_deferred_approval_resolved_from_cosigner_runs_once(
 
     asyncio.run(scenario())
     assert executions(tool_log) == [{"tool": "issue_refund", "args": REFUND}]
+
+
+def test_async_decorator_pauses_and_resumes_once(live: Live, tool_log: Path) -> None:
+    from cosigner_client import AsyncGate
+    from cosigner_client.adapters.decorator import cosigned
+    from cosigner_client.pause import ApprovalPending
+
+    ran: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        async with AsyncGate(live.url, live.runtime, run=run_id(), **ACTORS) as gate:
+            @cosigned(gate, on_approval="pause")
+            async def issue_refund(order_id: str, amount_minor: int, currency: str,
+                                   reason_code: str) -> str:
+                ran.append({"order_id": order_id, "amount_minor": amount_minor})
+                return "refunded"
+
+            denied = await issue_refund(**TOO_MUCH)
+            assert denied.startswith("Cosigner denied this call (over_hard_limit")
+            assert ran == []
+            with pytest.raises(ApprovalPending) as info:
+                await issue_refund(**REFUND)
+            approval_id = info.value.paused.approval_id
+            assert live.review(approval_id).status_code == 200
+            assert await issue_refund.resume(approval_id) == "refunded"
+            second = await issue_refund.resume(approval_id)
+            assert second.code == "already_redeemed"
+
+    asyncio.run(scenario())
+    assert ran == [{"order_id": "ord_8472", "amount_minor": 200000}]
