@@ -219,6 +219,9 @@ def _resume(p: Protocol, approval_id: str, fn: Callable[..., Any], *, tool: str 
     if args_hash(args) != decision.args_hash:
         return _refused(decision, approval, "args_mismatch",
                         "arguments differ from the approved ones")
+    if approval.status == "approved" and approval.permit is None:
+        return _refused(decision, approval, "no_permit",
+                        "the approval holds no permit for this caller (a runtime key reads it)")
     if not approval.approved:
         status = ("approval_pending" if approval.status == "pending" else
                   "approval_rejected" if approval.status == "rejected" else
