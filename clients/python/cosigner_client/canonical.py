@@ -3,8 +3,10 @@ the server (``cosigner.core.canonical``), with the same strict rejections.
 
 A permit is bound to ``sha256(canonical(args))``; the client computes that hash itself, so
 it can refuse to send what the server would refuse (before any network call) and detect a
-server that hashed something else. Shared golden vectors and a property test prove the
-two implementations identical.
+server that hashed something else. The canonical bytes come from the maintained
+``rfc8785`` package (pure Python, no dependencies); this module adds the strict pre-checks
+below, which run first. Shared golden vectors and a property test prove client and server
+identical.
 
 Rules (RFC 8785 §3.2):
 
@@ -29,15 +31,14 @@ import math
 import re
 from typing import Any, NoReturn
 
+import rfc8785
+
 from cosigner_client.errors import InvalidArguments
 
 __all__ = ["MAX_SAFE_INTEGER", "args_hash", "canonicalize", "check_hashable", "parse_json"]
 
 MAX_SAFE_INTEGER = 2**53 - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_ESCAPE = re.compile('[\x00-\x1f"\\\\]')
-_SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
-          "\t": "\\t"}
 _MAX_SAFE_DIGITS = len(str(MAX_SAFE_INTEGER))
 
 
@@ -52,95 +53,6 @@ def _segment(key: str) -> str:
     seg = key.replace("~", "~0").replace("/", "~1")
     seg = seg.encode("utf-8", "backslashreplace").decode("utf-8")
     return seg if len(seg) <= 64 else seg[:64] + "…"
-
-
-def _escape(match: re.Match[str]) -> str:
-    ch = match.group()
-    return _SHORT.get(ch) or f"\\u{ord(ch):04x}"
-
-
-def _string(value: str) -> str:
-    if not value.isascii() and _SURROGATE.search(value):
-        raise _Reject("invalid_json", "lone surrogate in string")
-    return '"' + _ESCAPE.sub(_escape, value) + '"'
-
-
-def _number(value: float) -> str:
-    """ECMAScript Number::toString of a finite double (RFC 8785 §3.2.2.3)."""
-    if not math.isfinite(value):
-        raise _Reject("non_finite_number", "NaN or infinite number")
-    if value == 0:
-        return "0"  # also -0.0
-    sign = "-" if value < 0 else ""
-    mantissa, _, exp = repr(abs(value)).partition("e")  # repr: shortest round-trip digits
-    whole, _, frac = mantissa.partition(".")
-    digits = (whole + frac).lstrip("0")
-    k = len(digits.rstrip("0"))
-    exponent = int(exp or 0) - len(frac) + (len(digits) - k)  # value = int(digits) * 10**exponent
-    digits = digits[:k]
-    n = exponent + k  # value = 0.<digits> * 10**n
-    if k <= n <= 21:
-        text = digits + "0" * (n - k)
-    elif 0 < n <= 21:
-        text = digits[:n] + "." + digits[n:]
-    elif -6 < n <= 0:
-        text = "0." + "0" * -n + digits
-    else:
-        e = n - 1
-        text = digits[0] + ("." + digits[1:] if k > 1 else "") + ("e+" if e >= 0 else "e-")
-        text += str(abs(e))
-    return sign + text
-
-
-def _serialise(value: Any, out: list[str]) -> None:
-    t = type(value)
-    if t is str:
-        out.append(_string(value))
-    elif value is None:
-        out.append("null")
-    elif t is bool:
-        out.append("true" if value else "false")
-    elif t is int:
-        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            raise _Reject("unsafe_integer", "integer outside ±(2**53 - 1)")
-        out.append(str(value))
-    elif t is float:
-        out.append(_number(value))
-    elif t is dict:
-        for key in value:
-            if type(key) is not str:
-                exc = _Reject("invalid_json", f"object key of type {type(key).__name__}")
-                exc.path.append("<non-string key>")
-                raise exc
-            if not key.isascii() and _SURROGATE.search(key):
-                exc = _Reject("invalid_json", "lone surrogate in object key")
-                exc.path.append(_segment(key))
-                raise exc
-        out.append("{")
-        for i, key in enumerate(sorted(value, key=lambda k: k.encode("utf-16-be"))):
-            if i:
-                out.append(",")
-            out.append(_string(key))
-            out.append(":")
-            try:
-                _serialise(value[key], out)
-            except _Reject as exc:
-                exc.path.append(_segment(key))
-                raise
-        out.append("}")
-    elif t is list:
-        out.append("[")
-        for i, item in enumerate(value):
-            if i:
-                out.append(",")
-            try:
-                _serialise(item, out)
-            except _Reject as exc:
-                exc.path.append(str(i))
-                raise
-        out.append("]")
-    else:
-        raise _Reject("invalid_json", f"value of type {t.__name__} is not JSON")
 
 
 def _check(value: Any) -> None:
@@ -186,17 +98,21 @@ def canonicalize(value: Any) -> bytes:
             ``pointer`` names the JSON pointer (RFC 6901) of the offending place, never
             the value.
     """
-    out: list[str] = []
     try:
-        _check(value)
-        _serialise(value, out)
+        _check(value)  # the strict pre-checks: what rfc8785 would accept but we must not
+        return rfc8785.dumps(value)
     except _Reject as exc:
         pointer = "".join("/" + seg for seg in reversed(exc.path))
         where = f"at {pointer!r}" if pointer else "at the top level"
         raise InvalidArguments(f"{exc.what} {where}", code=exc.code, pointer=pointer) from None
+    except rfc8785.IntegerDomainError:  # unreachable after _check; mapped all the same
+        raise InvalidArguments("integer outside ±(2**53 - 1)", code="unsafe_integer") from None
+    except rfc8785.FloatDomainError:
+        raise InvalidArguments("NaN or infinite number", code="non_finite_number") from None
+    except rfc8785.CanonicalizationError as exc:
+        raise InvalidArguments(f"cannot canonicalize: {exc}", code="invalid_json") from None
     except RecursionError:
         raise InvalidArguments("value is nested too deeply", code="invalid_json") from None
-    return "".join(out).encode("utf-8")
 
 
 def check_hashable(value: Any) -> None:

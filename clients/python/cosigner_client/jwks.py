@@ -3,8 +3,10 @@
 An executor may check a permit without calling the server: signature (``alg`` pinned to
 ``Ed25519``, RFC 9864; the key chosen by ``kid`` from the JWKS only), issuer, audience,
 ``exp``/``nbf`` (expired when ``now >= exp``, RFC 7519 §4.1.4), tenant, tool and the args
-hash of the exact arguments. It cannot know whether the permit was already redeemed or
-revoked: single use needs ``Gate.redeem``; use this as an extra check, not instead.
+hash of the exact arguments. Built with :meth:`PermitVerifier.from_server` it follows key
+rotations: an unknown ``kid`` refetches the JWKS (rate-limited). It cannot know whether the
+permit was already redeemed or revoked: single use needs ``Gate.redeem``; use this as an
+extra check, not instead.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import httpx
 
 from cosigner_client.canonical import args_hash
 from cosigner_client.errors import ServerRefused
@@ -47,14 +52,73 @@ def _segment(part: str) -> dict[str, Any]:
     return value
 
 
-class PermitVerifier:
-    """Verify permits with a JWK Set (``GET /.well-known/jwks.json``)."""
+def _import_keys(jwks: Mapping[str, Any]) -> dict[str, OKPKey]:
+    return {k["kid"]: OKPKey.import_key(dict(k)) for k in jwks.get("keys", [])
+            if k.get("kty") == "OKP" and k.get("crv") == "Ed25519" and "kid" in k}
 
-    def __init__(self, jwks: Mapping[str, Any], *, issuer: str = "cosigner",
-                 audience: str = "cosigner-executor") -> None:
-        self._keys = {k["kid"]: OKPKey.import_key(dict(k)) for k in jwks.get("keys", [])
-                      if k.get("kty") == "OKP" and k.get("crv") == "Ed25519" and "kid" in k}
+
+class PermitVerifier:
+    """Verify permits with a JWK Set (``GET /.well-known/jwks.json``).
+
+    ``PermitVerifier(jwks)`` uses a fixed set. ``PermitVerifier.from_server(url)`` (or
+    ``jwks_url=``) fetches the set, caches it and fetches it again when a permit names a
+    ``kid`` it does not know — at most once per ``refetch_interval`` seconds, so a flood
+    of bogus ``kid`` values costs the server one request per interval — so a long-lived
+    verifier follows a key rotation (``cosigner keys rotate``) without a restart.
+    """
+
+    def __init__(self, jwks: Mapping[str, Any] | None = None, *, issuer: str = "cosigner",
+                 audience: str = "cosigner-executor", jwks_url: str | None = None,
+                 refetch_interval: float = 10.0, timeout: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        if jwks is None and jwks_url is None:
+            raise ValueError("pass a JWK Set or jwks_url")
         self.issuer, self.audience = issuer, audience
+        self.jwks_url, self.refetch_interval, self.timeout = jwks_url, refetch_interval, timeout
+        self._clock, self._transport = clock, transport
+        self._lock = threading.Lock()
+        self._fetched_at: float | None = None
+        self.fetches = 0
+        self._keys = _import_keys(jwks) if jwks is not None else {}
+        if jwks is None:
+            self._refetch()
+
+    @classmethod
+    def from_server(cls, url: str, **kwargs: Any) -> PermitVerifier:
+        """A verifier that follows the server's JWKS (``<url>/.well-known/jwks.json``)."""
+        return cls(jwks_url=url.rstrip("/") + "/.well-known/jwks.json", **kwargs)
+
+    @property
+    def kids(self) -> frozenset[str]:
+        return frozenset(self._keys)
+
+    def _refetch(self) -> bool:
+        """Fetch the JWKS unless it was fetched less than ``refetch_interval`` s ago.
+        A failed fetch keeps the cached keys. True when new keys were loaded."""
+        if self.jwks_url is None:
+            return False
+        with self._lock:
+            now = self._clock()
+            if self._fetched_at is not None and now - self._fetched_at < self.refetch_interval:
+                return False
+            self._fetched_at = now
+            self.fetches += 1
+            try:
+                with httpx.Client(transport=self._transport, timeout=self.timeout) as http:
+                    resp = http.get(self.jwks_url)
+                resp.raise_for_status()
+                keys = _import_keys(resp.json())
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                return False
+            self._keys = keys
+            return True
+
+    def _key(self, kid: str) -> OKPKey | None:
+        key = self._keys.get(kid)
+        if key is None and self._refetch():
+            key = self._keys.get(kid)
+        return key
 
     def verify(self, token: str, *, tool: str, args: dict[str, Any],
                tenant: str | None = None, now: float | None = None) -> dict[str, Any]:
@@ -71,7 +135,7 @@ class PermitVerifier:
         header = _segment(parts[0])
         if header.get("alg") != ALGORITHM or header.get("typ") != PERMIT_TYP:
             raise _refuse("bad_signature", "algorithm or token type not accepted")
-        key = self._keys.get(str(header.get("kid")))
+        key = self._key(str(header.get("kid")))
         if key is None:
             raise _refuse("unknown_kid", "signing key is not in the JWKS")
         try:

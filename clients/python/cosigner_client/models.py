@@ -161,7 +161,8 @@ class OutcomeReport:
 
 
 CallStatus = Literal["executed", "denied", "approval_rejected", "approval_expired",
-                     "approval_cancelled", "approval_timeout", "redeem_refused",
+                     "approval_cancelled", "approval_timeout", "approval_pending",
+                     "redeem_refused",
                      "proceeded_on_timeout"]
 
 
