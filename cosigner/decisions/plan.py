@@ -206,6 +206,9 @@ def decision_event(call: Call, response: dict[str, Any], evaluation: Evaluation,
         "args": call.args,
         "context": call.context,
         "eval_us": evaluation.elapsed_us,
+        # The roles the policy saw as input.caller.roles: a deny has no stored input,
+        # so replay (cosigner.policy.replay) rebuilds it from this event.
+        "caller_roles": sorted(call.caller.roles),
     }
     if evaluation.shadow is not None:
         payload["shadow"] = {"policy": evaluation.shadow_policy,

@@ -3,15 +3,17 @@ activate, shadow. Who may do what: :mod:`cosigner.policy.tenancy`."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import Field
 
+from cosigner.core.errors import InvalidRequest
 from cosigner.http.body import openapi_body, strict_body
 from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
 from cosigner.http.models.decisions import Wire
-from cosigner.policy import admin
+from cosigner.policy import admin, replay
 
 router = APIRouter(prefix="/v1/policies", tags=["policies"])
 
@@ -22,6 +24,29 @@ class ActivateV1(Wire):
 
 class ShadowV1(Wire):
     version: str | None = Field(max_length=64, description="null stops shadowing")
+
+
+class ReplayV1(Wire):
+    version: str = Field(min_length=1, max_length=64, description="the candidate: a "
+                         "loaded version of this bundle")
+    tenant: str | None = Field(default=None, max_length=128,
+                               description="whose log (system operators only; a tenant "
+                               "admin replays their own)")
+    since: str | None = Field(default=None, max_length=64,
+                              description="inclusive, RFC 3339 (UTC when no offset)")
+    until: str | None = Field(default=None, max_length=64,
+                              description="exclusive, RFC 3339 (UTC when no offset)")
+
+
+def _moment(name: str, text: str | None) -> datetime | None:
+    """An RFC 3339 time (naive: UTC); raises :class:`InvalidRequest` ``invalid_time``."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidRequest(f"{name} is not an RFC 3339 time", code="invalid_time") from exc
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 def _context(request: Request, caller: Any) -> dict[str, Any]:
@@ -79,3 +104,20 @@ async def shadow_report(bundle_id: str, request: Request, caller: CallerDep) -> 
     deps = context(request)
     return await admin.shadow_report(store=deps.store, db=deps.db, caller=caller,
                                      bundle_id=bundle_id)
+
+
+@router.post(
+    "/{bundle_id}/replay", responses=PROBLEM_RESPONSES, openapi_extra=openapi_body(ReplayV1)
+)
+async def replay_candidate(bundle_id: str, request: Request, caller: CallerDep
+                           ) -> dict[str, Any]:
+    """Evaluate a loaded version of the bundle on the tenant's logged decisions in
+    ``[since, until)`` and report effect transitions by tool (examples with decision ids),
+    decisions that could not be replayed (masked values the candidate reads, by pointer)
+    and the candidate's errors. Writes only one ``policy.replayed`` event. Same
+    administrators as activate."""
+    body, _ = await strict_body(request, ReplayV1, context(request).settings.max_body_bytes)
+    return await replay.replay_version(
+        **_context(request, caller), bundle_id=bundle_id, version=body.version,
+        tenant=body.tenant, since=_moment("since", body.since),
+        until=_moment("until", body.until))
