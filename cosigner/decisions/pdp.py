@@ -53,6 +53,8 @@ class DecisionRequest:
     args: dict[str, Any]
     context: dict[str, Any]
     raw: dict[str, Any]
+    #: ``shadow``: recorded as such, never a permit or an approval request (issue 18).
+    mode: str = "on"
 
 
 def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item]:
@@ -200,7 +202,7 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
             caller=caller, request_id=req.request_id,
             request_hash=hash_bytes(canonicalize(req.raw)), run=req.run,
             principal=req.principal, initiator=req.initiator, tool=req.tool, args=req.args,
-            context=req.context, args_hash=a_hash),
+            context=req.context, args_hash=a_hash, mode=req.mode),
         decision_id=str(uuid.uuid4()), now=now, evaluation=evaluation, input_doc=input_doc,
         mask=mask + evaluation.result.mask, contract=run_state is not None, locked=locked)
     try:

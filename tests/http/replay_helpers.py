@@ -26,7 +26,7 @@ def decide(input):
     amount = input["args"]["amount"]
     if amount < 50:
         return {{"effect": "allow", "reasons": ["small"]}}
-    if amount < 80:
+    if amount < 60:
         return {{"effect": "require_approval", "reasons": ["middle"], "approval": {NEEDS!r}}}
     return {{"effect": "deny", "reasons": ["large"]}}
 """

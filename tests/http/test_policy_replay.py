@@ -19,8 +19,7 @@ from cosigner.db.tables_approvals import approvals, call_inputs
 from cosigner.decisions.pdp import decide, input_document
 from cosigner.policy.store import run_bundle
 from tests.conftest import Harness
-from tests.http.replay_helpers import CANDIDATE, LIVE, request, runtime_caller, seed, \
-    write_version
+from tests.http.replay_helpers import CANDIDATE, LIVE, request, runtime_caller, seed, write_version
 
 
 async def _setup(harness_factory: Callable[..., Any], tmp_path: Path, tenant: str,
@@ -166,7 +165,7 @@ async def test_cli_policy_replay_reads_the_database(
     h, bundle, _ = await _setup(harness_factory, tmp_path, tenant)
     caller = runtime_caller(tenant)
     allowed = await decide(h.context, caller, request(1, tool="transfer",
-                                                      args={"amount": 60}))
+                                                      args={"amount": 55}))
     assert allowed["effect"] == "require_approval"
     monkeypatch.setenv("COSIGNER_DATABASE_URL", h.settings.database_url)
     candidate = tmp_path / "bundles" / f"{bundle}-2.0.0"
