@@ -26,7 +26,8 @@ from cosigner.context import AppContext
 from cosigner.core.canonical import args_hash as compute_args_hash
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
-from cosigner.core.errors import CosignerError, IdempotencyConflict
+from cosigner.core.errors import CosignerError, IdempotencyConflict, InvalidRequest
+from cosigner.core.roles import BARRIER_TOOL
 from cosigner.core.settings import Settings
 from cosigner.db.batch import Item, Write, savepoint_runner
 from cosigner.db.database import Database, UniqueViolation
@@ -141,8 +142,13 @@ async def decide(deps: AppContext, caller: Caller, req: DecisionRequest) -> dict
         InvalidJSON/InvalidArgs: arguments cannot be hashed or fail the tool schema (422;
             nothing evaluated, no approval opened).
         IdempotencyConflict: ``request_id`` reused with different content (409).
+        InvalidRequest: ``reserved_tool`` for the program-barrier tool (422).
         Unavailable: the decision could not be recorded (503; treat as deny).
     """
+    if req.tool["name"] == BARRIER_TOOL:
+        # Only a reviewed program barrier may yield a permit for this tool.
+        raise InvalidRequest(f"{BARRIER_TOOL} is reserved for program barriers "
+                             "(POST /v1/approvals)", code="reserved_tool")
     pair = (caller.tenant, req.run["id"])
     read_contract, locked = pair in deps.contracted_runs, False
     while True:  # each retry sets a flag, so this runs at most three times
