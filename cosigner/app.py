@@ -120,8 +120,14 @@ def _tune_gc() -> None:
 
 def _register_schemas(app: FastAPI) -> None:
     """Add the models of self-parsed bodies and problem documents to the OpenAPI schema."""
-    from cosigner.http.models.approvals import RedeemRequestV1, ReviewAskV1, ReviewRequestV1
+    from cosigner.http.models.approvals import (
+        BarrierAskV1,
+        RedeemRequestV1,
+        ReviewAskV1,
+        ReviewRequestV1,
+    )
     from cosigner.http.models.decisions import DecisionRequestV1
+    from cosigner.http.routes.policies import ReplayV1
     from cosigner.http.models.runs import OutcomeReportV1, RunContractV1
 
     original = app.openapi
@@ -132,7 +138,7 @@ def _register_schemas(app: FastAPI) -> None:
         schema = original()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for model in (DecisionRequestV1, ProblemV1, RunContractV1, OutcomeReportV1,
-                      ReviewAskV1, ReviewRequestV1, RedeemRequestV1):
+                      ReviewAskV1, BarrierAskV1, ReviewRequestV1, RedeemRequestV1, ReplayV1):
             model_schema = model.model_json_schema(
                 ref_template="#/components/schemas/{model}")
             for name, sub in model_schema.pop("$defs", {}).items():
