@@ -127,8 +127,8 @@ def _register_schemas(app: FastAPI) -> None:
         ReviewRequestV1,
     )
     from cosigner.http.models.decisions import DecisionRequestV1
-    from cosigner.http.routes.policies import ReplayV1
     from cosigner.http.models.runs import OutcomeReportV1, RunContractV1
+    from cosigner.http.routes.policies import ReplayV1
 
     original = app.openapi
 
