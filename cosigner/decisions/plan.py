@@ -121,10 +121,14 @@ class DecisionPlan:
         return self.prepared() if simple else self.apply
 
     def prepared(self) -> Write:
-        """The rows and events of an ``allow``/``deny`` outside any run contract."""
+        """The rows and events of an ``allow``/``deny`` (or any shadow decision) outside any
+        run contract."""
         response = self.initial_response()
         events, rows = self._writes(response)
-        allowed = response["effect"] == "allow"
+        # A shadow require_approval is written here too: like an allow, it must not
+        # outlive a reviewer's rejection of the same call (confirmed by the batch).
+        allowed = response["effect"] == "allow" or (
+            self.call.shadow and response["effect"] == "require_approval")
         call = (self.tenant, self.run_id, self.call.tool["name"], self.call.args_hash)
         return Write(self.tenant, events, response, rows, assumes=Assumed(
             run=(self.tenant, self.run_id), call=call if allowed else None))

@@ -119,3 +119,15 @@ async def test_async_gate_shadow_and_off(live: Live) -> None:
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError):
         Gate("http://127.0.0.1:1", "k", mode="audit")  # type: ignore[arg-type]
+
+
+def test_shadow_reports_a_reviewers_rejection_of_the_same_call(live: Live) -> None:
+    """What would have happened includes a standing rejection in the run."""
+    with Gate(live.url, live.runtime, run="run-rejected", **ACTORS) as g:
+        asked = g.decide("issue_refund", REFUND)
+        assert asked.approval is not None
+        assert live.review(asked.approval.id, "rejected").status_code == 200
+        shadow = g.call("issue_refund", REFUND, Tool("ran"), mode="shadow")
+    assert shadow.status == "shadow" and shadow.value == "ran"
+    assert (shadow.decision.effect, shadow.decision.reason) == ("deny",
+                                                                "rejected_by_reviewer")
