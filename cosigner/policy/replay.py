@@ -26,6 +26,7 @@ transactions, never one long cursor), and only counters and at most
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -49,6 +50,7 @@ from cosigner.policy.tenancy import Fanout, is_operator
 
 EXAMPLES = 5
 PAGE = 500
+YIELD_EVERY = 50
 #: Reasons set before policy runs (run contract, standing rejection): a candidate policy
 #: would not have been asked.
 PRE_POLICY = frozenset({"deadline_passed", "outside_contract", "budget_exhausted",
@@ -288,6 +290,9 @@ async def replay(db: Database, bundle: Bundle, *, tenant: str, since: datetime |
                                          page=page):
         outcome, reason, read = await replay_one(bundle, logged)
         report.add(logged, outcome, reason, read)
+        if report.decisions % YIELD_EVERY == 0:
+            # Python rules evaluate synchronously: let the server's decisions through.
+            await asyncio.sleep(0)
     return report
 
 

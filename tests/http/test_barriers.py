@@ -153,3 +153,15 @@ async def test_only_the_barrier_role_opens_barriers_and_no_decision_mints_their_
             audit_events.c.tenant == tenant, audit_events.c.type.like("barrier.%")))
         ).scalars().all()
     assert types == ["barrier.refused"]
+
+
+async def test_the_program_never_approves_its_own_barrier(
+        harness_factory: Callable[..., Any], tmp_path: Path, tenant: str) -> None:
+    """K13 on the barrier path: the opener is refused even when it names another
+    initiator and holds the required role."""
+    h = await _harness(harness_factory, tmp_path)
+    program = await h.headers(tenant, "runtime", "barrier", "finance", subject="ops-bot")
+    body = {**barrier({"kind": "note"}), "initiator": {"id": "someone-else"}}
+    opened = (await h.client.post("/v1/approvals", headers=program, json=body)).json()
+    refused = await review(h, program, opened["id"])
+    assert refused.status_code == 403 and refused.json()["code"] == "self_approval"
