@@ -149,7 +149,7 @@ async def request_review(deps: AppContext, caller: Caller, *, decision_id: str,
 
     Raises:
         Forbidden: caller lacks the ``runtime`` role. NotFound: no such decision in the
-        caller's tenant. InvalidRequest ``not_an_allow_decision``. PolicyError
+        caller's tenant. InvalidRequest ``not_an_allow_decision``, ``shadow_decision``. PolicyError
         ``no_review_requirement`` (the bundle declares no ``[review]``). Conflict
         ``already_redeemed`` (the call already ran).
     """
@@ -163,6 +163,10 @@ async def request_review(deps: AppContext, caller: Caller, *, decision_id: str,
         if decision.effect != "allow":
             raise InvalidRequest("only an allow decision can be sent for review",
                                  code="not_an_allow_decision")
+        if (decision.response or {}).get("mode") == "shadow":
+            # A shadow decision never yields a usable permit, not even through review.
+            raise InvalidRequest("a shadow-mode decision is never enforced; ask again "
+                                 "with mode on", code="shadow_decision")
         earlier = (await conn.execute(select(approvals).where(
             approvals.c.tenant == caller.tenant, approvals.c.decision_id == decision_id,
             approvals.c.kind == "runtime_review"))).first()

@@ -54,6 +54,8 @@ class Event:
     mask: tuple[str, ...] = ()
     #: When it happened; ``append``'s ``now`` when unset.
     time: datetime | None = None
+    #: ``shadow`` for a shadow-mode decision (a query column; the body carries it too).
+    mode: str | None = None
 
 
 def masked_payload(event: Event) -> dict[str, Any]:
@@ -142,7 +144,7 @@ async def append(conn: AsyncConnection, tenant: str, events: list[Event],
             "effect": event.effect, "principal": event.principal,
             "policy_id": (event.policy or {}).get("id"),
             "policy_version": (event.policy or {}).get("version"),
-            "body": text, "hash": digest,
+            "mode": event.mode, "body": text, "hash": digest,
         })
         stored.append({**body, "hash": digest})
         prev = digest

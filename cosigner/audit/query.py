@@ -40,10 +40,12 @@ class EventFilter:
     approval_id: str | None = None
     policy_id: str | None = None
     policy_version: str | None = None
+    #: ``shadow``: only shadow-mode decisions (issue 18).
+    mode: str | None = None
 
 
 _EQUALITY = ("type", "tool", "effect", "run_id", "principal", "decision_id", "approval_id",
-             "policy_id", "policy_version")
+             "policy_id", "policy_version", "mode")
 
 
 def utc(moment: datetime) -> datetime:

@@ -189,6 +189,8 @@ COMMANDS: dict[str, Command] = {
                     "list bundles on disk and which version is active or shadow where"),
     "policy reload": (policy_cli.reload_args, policy_cli.run_reload,
                       "ask a running server to reload its policy bundles"),
+    "policy replay": (policy_cli.replay_args, policy_cli.run_replay,
+                      "evaluate a candidate bundle on a tenant's logged decisions"),
     "audit export": (cli_audit.export_args, cli_audit.export_cmd,
                      "write a tenant's audit events as JSON Lines or CSV"),
     "audit verify": (cli_audit.verify_args, cli_audit.verify_cmd,

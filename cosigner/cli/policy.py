@@ -1,4 +1,4 @@
-"""``cosigner policy test PATH...`` and ``cosigner policy reload``.
+"""``cosigner policy test PATH...``, ``cosigner policy reload`` and ``cosigner policy replay``.
 
 ``policy test`` works like ``opa test``: it loads each bundle folder (or every bundle
 folder under a directory), runs its golden cases and, for Rego bundles, its ``test_``
@@ -6,7 +6,9 @@ rules, prints one PASS/FAIL line each and a summary, and exits 1 on any failure 
 bundle that does not load. ``policy reload`` asks a running server to reload from disk
 (``POST /v1/policies/reload`` with a system operator's API key: role ``operator`` in the
 tenant ``_system``, made with ``cosigner principals add-key --tenant _system --role
-operator``).
+operator``). ``policy replay CANDIDATE_DIR --tenant T`` evaluates a bundle folder on the
+tenant's logged decisions straight from the database (:mod:`cosigner.policy.replay`),
+prints the report as JSON and records one ``policy.replayed`` event.
 """
 
 from __future__ import annotations
@@ -135,3 +137,51 @@ def run_reload(args: argparse.Namespace, settings: Settings) -> int:
     for error in body["errors"]:
         print(f"REFUSED {error['path']}: {error['message']}")
     return 1 if body["errors"] else 0
+
+
+def replay_args(p: argparse.ArgumentParser) -> None:
+    from cosigner.cli.audit import _when
+
+    p.add_argument("candidate", type=Path, metavar="CANDIDATE_DIR",
+                   help="the candidate bundle folder (with manifest.toml)")
+    p.add_argument("--tenant", required=True, help="whose decision log to replay")
+    p.add_argument("--since", type=_when, help="inclusive, RFC 3339 or YYYY-MM-DD (UTC)")
+    p.add_argument("--until", type=_when, help="exclusive, RFC 3339 or YYYY-MM-DD (UTC)")
+
+
+def run_replay(args: argparse.Namespace, settings: Settings) -> int:
+    """Replay the candidate and print the report (JSON); exit 1 if it does not load."""
+    import json
+
+    from cosigner.cli.audit import CLI_ACTOR
+    from cosigner.core.clock import system_clock
+    from cosigner.db.database import Database
+    from cosigner.policy import replay
+    from cosigner.policy.store import PolicyStore, engine_factory
+
+    store = PolicyStore([], engine_factory=engine_factory(
+        opa_url=settings.opa_url, opa_timeout_ms=settings.opa_timeout_ms))
+    try:
+        bundle = store.load_bundle(args.candidate)
+    except CosignerError as exc:
+        print(f"error: {args.candidate}: {exc.detail}", file=sys.stderr)
+        return 1
+
+    async def run() -> dict[str, Any]:
+        db = Database(settings.database_url)
+        try:
+            report = await replay.replay(db, bundle, tenant=args.tenant, since=args.since,
+                                         until=args.until)
+            result = replay.summary(bundle, report, tenant=args.tenant, since=args.since,
+                                    until=args.until)
+            await replay.record_replay(db, actor=CLI_ACTOR, now=system_clock(),
+                                       result=result)
+            return result
+        finally:
+            close = getattr(bundle.engine, "close", None)
+            if close is not None:
+                await close()
+            await db.dispose()
+
+    print(json.dumps(asyncio.run(run()), indent=2))
+    return 0

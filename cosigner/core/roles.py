@@ -3,7 +3,9 @@
 Built-in roles grant API access: ``runtime`` (decide, redeem, report), ``auditor`` (read
 the decision log), ``admin`` (policies, keys, principals), ``operator`` (system operator:
 only in the system tenant ``_system``, the only role there; administers shared policy
-bundles and reloads). Any other valid role name
+bundles and reloads), ``barrier`` (trusted runtime code that opens program barriers,
+``POST /v1/approvals`` with a context; separate from ``runtime`` so an agent holding a
+runtime key cannot open approvals of its own choosing). Any other valid role name
 (``finance``, ``security`` ...) makes a principal an approver for that role, and is what an
 approval requirement may name.
 """
@@ -14,7 +16,12 @@ import re
 
 from cosigner.core.errors import InvalidRequest
 
-BUILTIN_ROLES = frozenset({"runtime", "auditor", "admin", "operator"})
+BUILTIN_ROLES = frozenset({"runtime", "auditor", "admin", "operator", "barrier"})
+#: The role that opens program barriers.
+BARRIER_ROLE = "barrier"
+#: The tool name of a program barrier in policy input, permits and the log (reserved:
+#: a decision request naming it is refused, so no decide path can mint its permits).
+BARRIER_TOOL = "cosigner.barrier"
 #: The system tenant (operators, and the chain of system-wide events).
 SYSTEM_TENANT = "_system"
 _ROLE_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")

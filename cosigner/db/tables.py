@@ -108,6 +108,7 @@ audit_events = Table(
     Column("principal", String(256), nullable=True),
     Column("policy_id", String(128), nullable=True),
     Column("policy_version", String(64), nullable=True),
+    Column("mode", String(16), nullable=True),  # "shadow" for shadow decisions (0011)
     Column("body", Text, nullable=False),  # RFC 8785 canonical JSON of the event
     Column("hash", String(71), nullable=False),
     UniqueConstraint("tenant", "seq", name="uq_audit_events_tenant_seq"),

@@ -26,7 +26,8 @@ from cosigner.context import AppContext
 from cosigner.core.canonical import args_hash as compute_args_hash
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
-from cosigner.core.errors import CosignerError, IdempotencyConflict
+from cosigner.core.errors import CosignerError, IdempotencyConflict, InvalidRequest
+from cosigner.core.roles import BARRIER_TOOL
 from cosigner.core.settings import Settings
 from cosigner.db.batch import Item, Write, savepoint_runner
 from cosigner.db.database import Database, UniqueViolation
@@ -53,6 +54,8 @@ class DecisionRequest:
     args: dict[str, Any]
     context: dict[str, Any]
     raw: dict[str, Any]
+    #: ``shadow``: recorded as such, never a permit or an approval request (issue 18).
+    mode: str = "on"
 
 
 def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item]:
@@ -139,8 +142,13 @@ async def decide(deps: AppContext, caller: Caller, req: DecisionRequest) -> dict
         InvalidJSON/InvalidArgs: arguments cannot be hashed or fail the tool schema (422;
             nothing evaluated, no approval opened).
         IdempotencyConflict: ``request_id`` reused with different content (409).
+        InvalidRequest: ``reserved_tool`` for the program-barrier tool (422).
         Unavailable: the decision could not be recorded (503; treat as deny).
     """
+    if req.tool["name"] == BARRIER_TOOL:
+        # Only a reviewed program barrier may yield a permit for this tool.
+        raise InvalidRequest(f"{BARRIER_TOOL} is reserved for program barriers "
+                             "(POST /v1/approvals)", code="reserved_tool")
     pair = (caller.tenant, req.run["id"])
     read_contract, locked = pair in deps.contracted_runs, False
     while True:  # each retry sets a flag, so this runs at most three times
@@ -200,7 +208,7 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
             caller=caller, request_id=req.request_id,
             request_hash=hash_bytes(canonicalize(req.raw)), run=req.run,
             principal=req.principal, initiator=req.initiator, tool=req.tool, args=req.args,
-            context=req.context, args_hash=a_hash),
+            context=req.context, args_hash=a_hash, mode=req.mode),
         decision_id=str(uuid.uuid4()), now=now, evaluation=evaluation, input_doc=input_doc,
         mask=mask + evaluation.result.mask, contract=run_state is not None, locked=locked)
     try:

@@ -66,6 +66,12 @@ class Call:
     args: dict[str, Any]
     context: dict[str, Any]
     args_hash: str
+    mode: str = "on"
+
+    @property
+    def shadow(self) -> bool:
+        """A shadow decision: recorded, never enforced (no permit, no approval request)."""
+        return self.mode == "shadow"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,24 +102,33 @@ class DecisionPlan:
         """The Decision v1 object as the policy answered, before any write-time check."""
         result = self.evaluation.result
         approval = None
-        if result.effect == "require_approval" and result.approval is not None:
+        if (result.effect == "require_approval" and result.approval is not None
+                and not self.call.shadow):
             approval = {"status": "pending", **result.approval.as_dict()}
-        return {"decision_id": self.decision_id, "request_id": self.call.request_id,
-                "effect": result.effect, "reasons": [r.as_dict() for r in result.reasons],
-                "policy": self.evaluation.policy, "args_hash": self.call.args_hash,
-                "permit": None, "approval": approval}
+        response = {"decision_id": self.decision_id, "request_id": self.call.request_id,
+                    "effect": result.effect, "reasons": [r.as_dict() for r in result.reasons],
+                    "policy": self.evaluation.policy, "args_hash": self.call.args_hash,
+                    "permit": None, "approval": approval}
+        if self.call.shadow:
+            response["mode"] = "shadow"
+        return response
 
     def item(self) -> Item:
         """What the group committer runs: the prepared rows, or :meth:`apply`."""
         simple = (not self.locked and not self.contract
-                  and self.evaluation.result.effect in ("allow", "deny"))
+                  and (self.call.shadow
+                       or self.evaluation.result.effect in ("allow", "deny")))
         return self.prepared() if simple else self.apply
 
     def prepared(self) -> Write:
-        """The rows and events of an ``allow``/``deny`` outside any run contract."""
+        """The rows and events of an ``allow``/``deny`` (or any shadow decision) outside any
+        run contract."""
         response = self.initial_response()
         events, rows = self._writes(response)
-        allowed = response["effect"] == "allow"
+        # A shadow require_approval is written here too: like an allow, it must not
+        # outlive a reviewer's rejection of the same call (confirmed by the batch).
+        allowed = response["effect"] == "allow" or (
+            self.call.shadow and response["effect"] == "require_approval")
         call = (self.tenant, self.run_id, self.call.tool["name"], self.call.args_hash)
         return Write(self.tenant, events, response, rows, assumes=Assumed(
             run=(self.tenant, self.run_id), call=call if allowed else None))
@@ -130,14 +145,17 @@ class DecisionPlan:
         if rejected is not None:
             response.update(effect="deny", reasons=[rejected.as_dict()], approval=None)
         # Re-check and count the run contract here: concurrent calls cannot overspend.
+        # A shadow decision never runs under Cosigner's permit: it spends nothing.
         refused = await contracts.check_and_count(
             conn, tenant=self.tenant, run_id=self.run_id, tool=tool, now=self.now,
-            count=response["effect"] != "deny", assumed_none=not self.contract)
+            count=response["effect"] != "deny" and not self.call.shadow,
+            assumed_none=not self.contract)
         if refused is not None and rejected is None:
             response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
         approval_events: list[Event] = []
         requirement = self.evaluation.result.approval
-        if response["effect"] == "require_approval" and requirement is not None:
+        if (response["effect"] == "require_approval" and requirement is not None
+                and not self.call.shadow):
             await conn.execute(call_inputs.insert(), self._call_input_row())
             approval_events = await approval_requests.record_gate(
                 conn, self.deps.settings, self.call.caller, response=response,
@@ -155,7 +173,11 @@ class DecisionPlan:
         input. Fills in ``response["permit"]``."""
         events = [decision_event(self.call, response, self.evaluation, self.mask)]
         rows: list[tuple[Table, dict[str, Any]]] = [(decisions, self._decision_row(response))]
-        if response["effect"] == "allow":
+        if self.call.shadow:
+            # Never a permit (so nothing to redeem); the input is kept for replay.
+            if response["effect"] != "deny":
+                rows.append((call_inputs, self._call_input_row()))
+        elif response["effect"] == "allow":
             settings = self.deps.settings
             permit, permit_event, permit_row = permit_ledger.prepare_permit(
                 self.deps.keyring, settings, tenant=self.tenant, run_id=self.run_id,
@@ -206,6 +228,9 @@ def decision_event(call: Call, response: dict[str, Any], evaluation: Evaluation,
         "args": call.args,
         "context": call.context,
         "eval_us": evaluation.elapsed_us,
+        # The roles the policy saw as input.caller.roles: a deny has no stored input,
+        # so replay (cosigner.policy.replay) rebuilds it from this event.
+        "caller_roles": sorted(call.caller.roles),
     }
     if evaluation.shadow is not None:
         payload["shadow"] = {"policy": evaluation.shadow_policy,
@@ -214,9 +239,12 @@ def decision_event(call: Call, response: dict[str, Any], evaluation: Evaluation,
                              "agrees": evaluation.shadow.effect == evaluation.result.effect}
     if response.get("approval"):
         payload["approval"] = response["approval"]
+    if call.shadow:
+        payload["mode"] = "shadow"
     return Event(
         type="decision.made", actor=call.caller.actor(),
         decision_id=response["decision_id"], run_id=call.run["id"], tool=call.tool["name"],
         args_hash=response["args_hash"], effect=response["effect"],
         principal=str(call.principal.get("id")), policy=evaluation.policy, payload=payload,
-        mask=tuple("/args" + pointer for pointer in mask))
+        mask=tuple("/args" + pointer for pointer in mask),
+        mode="shadow" if call.shadow else None)

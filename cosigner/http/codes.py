@@ -52,6 +52,12 @@ CODES: dict[str, type[errors.CosignerError]] = {
     "comment_too_long": errors.InvalidRequest,
     "invalid_decision": errors.InvalidRequest,
     "reason_required": errors.InvalidRequest,
+    "shadow_decision": errors.InvalidRequest,
+    "reserved_tool": errors.InvalidRequest,
+    "barrier_denied": errors.Forbidden,
+    "invalid_requirement": errors.InvalidRequest,
+    "invalid_time": errors.InvalidRequest,
+    "tenant_required": errors.InvalidRequest,
     "not_rejected": errors.ApprovalStateError,
     "rejection_withdrawn": errors.ApprovalStateError,
     # permits
@@ -90,9 +96,10 @@ Raised = tuple[str, type[errors.CosignerError]]
 
 #: The codes particular to each route, by route function name (= operation id).
 ROUTE_CODES: dict[str, tuple[str | Raised, ...]] = {
-    "post_decision": ("idempotency_conflict", "invalid_args"),
+    "post_decision": ("idempotency_conflict", "invalid_args", "reserved_tool"),
     "post_approval": ("not_found", "already_redeemed", "not_an_allow_decision",
-                      "no_review_requirement", "approval_race", "policy_error"),
+                      "no_review_requirement", "approval_race", "policy_error",
+                      "shadow_decision", "barrier_denied", "invalid_requirement"),
     "list_approvals": (),
     "get_approval": ("not_found",),
     "post_review": (*_REVIEW_STATE, "not_eligible", "self_approval", "previous_approver",
@@ -112,6 +119,8 @@ ROUTE_CODES: dict[str, tuple[str | Raised, ...]] = {
     "activate_version": ("not_policy_admin", "not_found", "unknown_policy_version"),
     "set_shadow": ("not_policy_admin", "not_found", "unknown_policy_version"),
     "get_shadow_report": ("not_found",),
+    "replay_candidate": ("not_policy_admin", "not_found", "unknown_policy_version",
+                         "invalid_time", "tenant_required"),
     "post_run": ("contract_conflict", "invalid_contract"),
     "get_run": ("not_found",),
     "post_outcome": ("not_found", "outcome_conflict"),

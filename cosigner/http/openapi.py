@@ -29,19 +29,21 @@ from cosigner.http import examples
 from cosigner.http.codes import codes_for
 from cosigner.http.deps import authenticate
 from cosigner.http.models.approvals import (
+    BarrierAskV1,
     RedeemRequestV1,
     ReviewAskV1,
     ReviewRequestV1,
     WithdrawRejectionV1,
 )
 from cosigner.http.models.decisions import DecisionRequestV1, ProblemV1
-from cosigner.http.models.policies import ActivateV1, ShadowV1
+from cosigner.http.models.policies import ActivateV1, ReplayV1, ShadowV1
 from cosigner.http.models.runs import OutcomeReportV1, RunContractV1
 
 #: Models of bodies that routes parse themselves, and of the problem document.
 DOCUMENTED_MODELS: tuple[type[BaseModel], ...] = (
     DecisionRequestV1, ProblemV1, RunContractV1, OutcomeReportV1, ReviewAskV1,
-    ReviewRequestV1, WithdrawRejectionV1, RedeemRequestV1, ActivateV1, ShadowV1)
+    BarrierAskV1, ReviewRequestV1, WithdrawRejectionV1, RedeemRequestV1, ActivateV1, ShadowV1,
+    ReplayV1)
 
 BEARER = "bearerAuth"
 _PROBLEM_REF = {"$ref": "#/components/schemas/ProblemV1"}

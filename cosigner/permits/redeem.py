@@ -21,6 +21,7 @@ from cosigner.context import AppContext, Refusal
 from cosigner.core.canonical import args_hash
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import InvalidArgs, PermitRefused
+from cosigner.core.roles import BARRIER_TOOL
 from cosigner.db.batch import Write
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
@@ -219,12 +220,17 @@ async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
         raise changed
     snapshot = deps.store.snapshot
     bundle = snapshot.bundle_for(tenant)
+    barrier = claims.tool == BARRIER_TOOL
+    if barrier and claims.approval_id is None:
+        raise changed  # only a reviewed program barrier mints these (never decide)
     if bundle is not None and bundle.catalogue is not None:
         spec = bundle.catalogue.lookup(claims.tool)
-        if spec is None:
+        # A catalogue need not list the barrier tool (cosigner.approvals.barriers).
+        if spec is None and not barrier:
             raise changed
         try:
-            spec.validate(args)
+            if spec is not None:
+                spec.validate(args)
         except InvalidArgs as exc:  # same hash, but e.g. 100000.0 for a strict integer
             raise PermitRefused("arguments fail the tool's schema",
                                 code="invalid_args") from exc

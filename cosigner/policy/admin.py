@@ -171,7 +171,7 @@ async def authorize(*, store: PolicyStore, db: Database, caller: Any, now: Any,
 # -- changes -----------------------------------------------------------------------------
 
 
-def _loaded(snap: PolicySnapshot, bundle_id: str, version: str) -> Any:
+def loaded_version(snap: PolicySnapshot, bundle_id: str, version: str) -> Any:
     if not known(snap, bundle_id):
         raise NotFound(f"no policy bundle {bundle_id!r} is loaded")
     bundle = snap.bundles.get(bundle_id, {}).get(version)
@@ -237,7 +237,7 @@ async def activate_version(*, store: PolicyStore, db: Database, caller: Any, now
     """
     await authorize(store=store, db=db, caller=caller, now=now, action="activate",
                     bundle_id=bundle_id)
-    bundle = _loaded(store.snapshot, bundle_id, version)
+    bundle = loaded_version(store.snapshot, bundle_id, version)
     actor = actor_of(caller)
 
     def change(previous: BundleState | None) -> BundleState:
@@ -268,7 +268,7 @@ async def shadow_version(*, store: PolicyStore, db: Database, caller: Any, now: 
     """
     await authorize(store=store, db=db, caller=caller, now=now, action="shadow",
                     bundle_id=bundle_id)
-    shadow = _loaded(store.snapshot, bundle_id, version) if version is not None else None
+    shadow = loaded_version(store.snapshot, bundle_id, version) if version is not None else None
     actor = actor_of(caller)
     active = store.snapshot.active_bundle(bundle_id)
 

@@ -119,6 +119,24 @@ def parse_requirement(raw: Any) -> ApprovalRequirement:
     return ApprovalRequirement(tuple(parsed), timeout_ms, distinct_from)
 
 
+_DISTINCT_PARTS: dict[str, frozenset[str]] = {
+    "initiator": frozenset({"initiator"}), "previous": frozenset({"previous"}),
+    "initiator_and_previous": frozenset({"initiator", "previous"})}
+
+
+def stricter(base: ApprovalRequirement, other: ApprovalRequirement) -> ApprovalRequirement:
+    """The requirement meeting both: every group of either (the larger count for a role
+    named by both), the shorter timeout, and both ``distinct_from`` rules (program
+    barriers: a policy may only raise the program's requirement, never lower it)."""
+    counts: dict[str, int] = {}
+    for group in base.require + other.require:
+        counts[group.role] = max(counts.get(group.role, 0), group.count)
+    parts = _DISTINCT_PARTS[base.distinct_from] | _DISTINCT_PARTS[other.distinct_from]
+    distinct: Any = "initiator_and_previous" if len(parts) == 2 else next(iter(parts))
+    return ApprovalRequirement(tuple(RoleGroup(r, c) for r, c in counts.items()),
+                               min(base.timeout_ms, other.timeout_ms), distinct)
+
+
 def _parse_reasons(raw: Any) -> tuple[Reason, ...]:
     if raw is None:
         return ()

@@ -230,6 +230,7 @@ class Protocol:
                initiator: str | Mapping[str, Any] | None = None,
                context: Mapping[str, Any] | None = None, request_id: str | None = None,
                side_effect: str | None = None, tool_version: str | None = None,
+               mode: str | None = None,
                ) -> Steps[Decision]:
         if type(args) is not dict:
             raise InvalidArguments("args must be a JSON object (dict)", code="invalid_args")
@@ -250,6 +251,8 @@ class Protocol:
             "args": args,
             "context": dict(context or {}),
         }
+        if mode == "shadow":  # recorded as such; the server mints no permit for it
+            body["mode"] = "shadow"
         check_hashable(body)  # context, run and parties obey the same strict rules
         result = yield from self.exchange("POST", "/v1/decisions", body=body,
                                           deadline=self._clock() + self.config.timeout,

@@ -2,6 +2,12 @@
 
 Both drive the same sans-IO operations (``cosigner_client._core``); see that module for
 retries, the circuit breaker, redeem recovery and the fail direction.
+
+Site modes (``mode=`` per gate, ``modes={tool: mode}`` per tool, or ``mode=`` per call):
+``on`` runs every gate; ``shadow`` asks Cosigner with the decision marked ``mode: shadow``
+(recorded, never a permit), always runs the tool and returns what would have happened
+(``CallResult.status == "shadow"``, ``.decision``); ``off`` runs the tool without asking
+and records nothing (``status == "off"``).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar, get_args
 
 import httpx
 
@@ -29,6 +35,7 @@ from cosigner_client._core import (
     Sleep,
     Steps,
 )
+from cosigner_client.errors import InvalidArguments
 from cosigner_client.models import (
     Approval,
     CallResult,
@@ -37,18 +44,56 @@ from cosigner_client.models import (
     Outcome,
     OutcomeReport,
     Permit,
+    Reason,
     Redemption,
     Run,
     SideEffect,
 )
 
-__all__ = ["AsyncGate", "Gate"]
+__all__ = ["AsyncGate", "Gate", "Mode"]
 
 log = logging.getLogger("cosigner_client")
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 Party = str | Mapping[str, Any] | None
+Mode = Literal["off", "shadow", "on"]
+MODES: frozenset[str] = frozenset(get_args(Mode))
+
+
+def _checked_mode(mode: str) -> Mode:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of off, shadow, on (got {mode!r})")
+    return mode  # type: ignore[return-value]
+
+
+def _off(args: dict[str, Any], fn: Callable[..., Any]) -> Steps[CallResult]:
+    """Mode ``off``: run the tool; Cosigner is not asked and nothing is recorded."""
+    ran = yield Execute(fn, args)
+    if isinstance(ran, Raised):
+        raise ran.exc
+    decision = Decision(effect="allow", reasons=(Reason("mode_off", "site mode off"),),
+                        args_hash="", request_id="")
+    return CallResult("off", decision, value=ran.value)
+
+
+def _shadow(p: Protocol, tool: str, args: dict[str, Any], fn: Callable[..., Any],
+            kwargs: dict[str, Any]) -> Steps[CallResult]:
+    """Mode ``shadow``: ask (decision marked ``mode: shadow``), then run the tool whatever
+    the answer; the result carries what would have happened."""
+    for name in ("approval_timeout", "cost_minor"):
+        kwargs.pop(name, None)
+    try:
+        decision = yield from p.decide(tool, args, mode="shadow", **kwargs)
+    except InvalidArguments as exc:  # would have been refused (422): still run it
+        decision = Decision(effect="deny", reasons=(Reason(exc.code, exc.detail),),
+                            args_hash="", request_id="", error=exc)
+    log.info("cosigner shadow: %s would have been %s (%s)", tool, decision.effect,
+             decision.reason)
+    ran = yield Execute(fn, args)
+    if isinstance(ran, Raised):
+        raise ran.exc
+    return CallResult("shadow", decision, value=ran.value)
 
 
 def _encode(body: Any) -> bytes:
@@ -106,7 +151,10 @@ class _Base:
     def __init__(self, *, timeout: float, retries: int, breaker_threshold: int,
                  breaker_cooldown: float, approval_timeout: float,
                  proceed_on_timeout: Collection[str], run: Party, principal: Party,
-                 initiator: Party) -> None:
+                 initiator: Party, mode: Mode = "on",
+                 modes: Mapping[str, Mode] | None = None) -> None:
+        self.mode = _checked_mode(mode)
+        self.modes = {tool: _checked_mode(m) for tool, m in (modes or {}).items()}
         self._p = Protocol(config=_config(timeout, retries, breaker_threshold,
                                           breaker_cooldown, approval_timeout,
                                           proceed_on_timeout),
@@ -118,6 +166,19 @@ class _Base:
     @property
     def config(self) -> Config:
         return self._p.config
+
+    def mode_of(self, tool: str) -> Mode:
+        """The site mode of ``tool``: its entry in ``modes``, else the gate's ``mode``."""
+        return self.modes.get(tool, self.mode)
+
+    def _call_steps(self, tool: str, args: dict[str, Any], fn: Callable[..., Any],
+                    kwargs: dict[str, Any]) -> Steps[CallResult]:
+        mode = _checked_mode(kwargs.pop("mode", None) or self.mode_of(tool))
+        if mode == "off":
+            return _off(args, fn)
+        if mode == "shadow":
+            return _shadow(self._p, tool, args, fn, kwargs)
+        return self._p.call(tool, args, fn, **kwargs)
 
     @property
     def breaker(self) -> Breaker:
@@ -155,6 +216,8 @@ class Gate(_Base):
             cannot answer (opt-in by name; reported as ``proceeded_on_timeout``). Empty by
             default: every gate fails closed.
         run, principal, initiator: defaults for every decision (``"id"`` or a dict).
+        mode / modes: the site mode of every tool / of named tools, ``off | shadow | on``
+            (see the module docstring); ``call(..., mode=...)`` overrides both.
         transport: an ``httpx`` transport (tests).
     """
 
@@ -162,11 +225,12 @@ class Gate(_Base):
                  breaker_threshold: int = 5, breaker_cooldown: float = 10.0,
                  approval_timeout: float = 60.0, proceed_on_timeout: Collection[str] = (),
                  run: Party = None, principal: Party = None, initiator: Party = None,
+                 mode: Mode = "on", modes: Mapping[str, Mode] | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
         super().__init__(timeout=timeout, retries=retries, breaker_threshold=breaker_threshold,
                          breaker_cooldown=breaker_cooldown, approval_timeout=approval_timeout,
                          proceed_on_timeout=proceed_on_timeout, run=run, principal=principal,
-                         initiator=initiator)
+                         initiator=initiator, mode=mode, modes=modes)
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=self._headers(api_key),
                                   transport=transport)
 
@@ -253,10 +317,11 @@ class Gate(_Base):
         """Run all gates around ``fn(**args)``: decide, wait for approval, redeem, run,
         report. ``fn`` runs only after a successful redeem. Keyword args: those of
         :meth:`decide` plus ``side_effect`` (the tool's class: ``none|read|write|financial|
-        destructive``), ``cost_minor`` (int or ``f(result)``), ``approval_timeout``. An
+        destructive``), ``cost_minor`` (int or ``f(result)``), ``approval_timeout``,
+        ``mode`` (this call's site mode). An
         exception from ``fn`` is reported (``error``, side effect ``unknown`` unless the
         exception has a ``side_effect`` attribute) and re-raised."""
-        return self._note(self._drive(self._p.call(tool, args, fn, **kwargs)))
+        return self._note(self._drive(self._call_steps(tool, args, fn, kwargs)))
 
     def guard(self, tool: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator: calls go through :meth:`call`; raises :class:`CallRefused` when the
@@ -278,11 +343,12 @@ class AsyncGate(_Base):
                  breaker_threshold: int = 5, breaker_cooldown: float = 10.0,
                  approval_timeout: float = 60.0, proceed_on_timeout: Collection[str] = (),
                  run: Party = None, principal: Party = None, initiator: Party = None,
+                 mode: Mode = "on", modes: Mapping[str, Mode] | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         super().__init__(timeout=timeout, retries=retries, breaker_threshold=breaker_threshold,
                          breaker_cooldown=breaker_cooldown, approval_timeout=approval_timeout,
                          proceed_on_timeout=proceed_on_timeout, run=run, principal=principal,
-                         initiator=initiator)
+                         initiator=initiator, mode=mode, modes=modes)
         self._http = httpx.AsyncClient(base_url=url.rstrip("/"),
                                        headers=self._headers(api_key), transport=transport)
 
@@ -360,7 +426,7 @@ class AsyncGate(_Base):
     async def call(self, tool: str, args: dict[str, Any], fn: Callable[..., Any],
                    **kwargs: Any) -> CallResult:
         """See :meth:`Gate.call`; ``fn`` may return an awaitable."""
-        return self._note(await self._drive(self._p.call(tool, args, fn, **kwargs)))
+        return self._note(await self._drive(self._call_steps(tool, args, fn, kwargs)))
 
     def guard(self, tool: str, **kwargs: Any
               ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:

@@ -162,8 +162,7 @@ class OutcomeReport:
 
 CallStatus = Literal["executed", "denied", "approval_rejected", "approval_expired",
                      "approval_cancelled", "approval_timeout", "approval_pending",
-                     "redeem_refused",
-                     "proceeded_on_timeout"]
+                     "redeem_refused", "proceeded_on_timeout", "shadow", "off"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +178,10 @@ class CallResult:
 
     @property
     def executed(self) -> bool:
-        return self.status in ("executed", "proceeded_on_timeout")
+        """The body ran: through the gates, opted in on timeout, or in a site mode that
+        does not enforce (``shadow``: Cosigner asked and recorded, ``decision`` is what
+        would have happened; ``off``: Cosigner not asked)."""
+        return self.status in ("executed", "proceeded_on_timeout", "shadow", "off")
 
     @property
     def code(self) -> str:

@@ -6,7 +6,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from cosigner.http.models.decisions import TEXT_PATTERN, TOOL_PATTERN, PermitV1, ReasonV1, Wire
+from cosigner.http.models.decisions import (
+    TEXT_PATTERN,
+    TOOL_PATTERN,
+    PartyV1,
+    PermitV1,
+    ReasonV1,
+    RunRefV1,
+    Wire,
+)
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
 #: Ids we issue (uuid4, hex jti): nothing else can name a row.
@@ -27,6 +35,26 @@ class ReviewAskV1(Wire):
 
     decision_id: str = Field(min_length=1, max_length=36, pattern=ID_PATTERN)
     reason: str = Field(min_length=1, max_length=500, pattern=TEXT_PATTERN)
+
+
+class RoleGroupAskV1(Wire):
+    role: str = Field(min_length=1, max_length=64, pattern=TEXT_PATTERN)
+    count: int = Field(default=1, ge=1, le=100)
+
+
+class BarrierAskV1(Wire):
+    """Trusted runtime code (role ``barrier``) opens a program barrier: an approval over
+    ``context``; the policy may raise the requirement, never lower it."""
+
+    run: RunRefV1
+    context: dict[str, Any] = Field(description="The JSON document to review; bound by "
+                                    "its RFC 8785 hash, masked per policy.")
+    require: list[RoleGroupAskV1] = Field(min_length=1, max_length=16)
+    timeout_ms: int = Field(ge=1, le=2_592_000_000)
+    distinct_from: Literal["initiator", "previous", "initiator_and_previous"] = \
+        "initiator_and_previous"
+    principal: PartyV1 | None = None
+    initiator: PartyV1 | None = None
 
 
 class WithdrawRejectionV1(Wire):
@@ -64,7 +92,7 @@ class ApprovalV1(BaseModel):
     distinct_from: Literal["initiator", "previous", "initiator_and_previous"]
     expires_at: str
     review_url: str
-    kind: Literal["policy", "runtime_review"] | None = None
+    kind: Literal["policy", "runtime_review", "barrier"] | None = None
     decision_id: str | None = None
     run_id: str | None = None
     tool: str | None = None
@@ -82,6 +110,10 @@ class ApprovalV1(BaseModel):
         default=None, description="When a rejection was withdrawn; until then the same "
                                   "call in the run is denied rejected_by_reviewer.")
     reviews: list[ReviewV1] | None = None
+    barrier: dict[str, Any] | None = Field(
+        default=None, description="A program barrier just opened: the requirement the "
+        "program asked for, the effective one (raised by the policy), and whether it was "
+        "raised.")
     retry_after: int | None = Field(default=None,
                                     description="Seconds before polling again (pending).")
     permit: PermitV1 | None = Field(default=None,

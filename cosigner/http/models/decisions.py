@@ -48,6 +48,10 @@ class DecisionRequestV1(Wire):
     args: dict[str, Any] = Field(description="The exact tool arguments (a JSON object).")
     context: dict[str, Any] = Field(default_factory=dict,
                                     description="Facts the runtime asserts.")
+    mode: Literal["on", "shadow"] = Field(
+        default="on", description="``shadow``: decide and record (marked ``mode: shadow``) "
+        "but never mint a permit nor open an approval request; the client runs the tool "
+        "anyway and reports what would have happened.")
 
 
 class ReasonV1(BaseModel):
@@ -76,6 +80,8 @@ class DecisionV1(BaseModel):
     args_hash: str
     permit: PermitV1 | None = None
     approval: dict[str, Any] | None = None
+    mode: Literal["shadow"] | None = Field(default=None,
+                                           description="present for shadow decisions")
 
 
 class ProblemV1(BaseModel):

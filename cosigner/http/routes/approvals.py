@@ -6,17 +6,19 @@ from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request
 
+from cosigner.approvals import barriers, rejections
 from cosigner.approvals import opening as approval_requests
 from cosigner.approvals import queries as approval_queries
-from cosigner.approvals import rejections
 from cosigner.approvals import reviews as approvals
-from cosigner.http.body import openapi_body, strict_body
+from cosigner.core.canonical import parse_json
+from cosigner.http.body import openapi_body, read_body, strict_body, validate
 from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
 from cosigner.http.models.approvals import (
     ID_PATTERN,
     ApprovalListV1,
     ApprovalStatus,
     ApprovalV1,
+    BarrierAskV1,
     ReviewAskV1,
     ReviewRequestV1,
     WithdrawRejectionV1,
@@ -29,19 +31,39 @@ _RESPONSES = {**PROBLEM_RESPONSES, 404: PROBLEM_RESPONSES[409] | {"description":
 
 
 @router.post("/approvals", response_model=ApprovalV1, responses=_RESPONSES,
-             openapi_extra=openapi_body(ReviewAskV1))
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": {"oneOf": [
+                     {"$ref": "#/components/schemas/ReviewAskV1"},
+                     {"$ref": "#/components/schemas/BarrierAskV1"}]}}}}})
 async def post_approval(request: Request, caller: CallerDep) -> dict[str, Any]:
-    """Ask for human review of an ``allow`` decision (runtime role).
+    """Open an approval request, in one of two forms.
 
-    The decision's permit is revoked (withheld) and a ``runtime_review`` request opens with
+    ``{decision_id, reason}`` (runtime role): human review of an ``allow`` decision. The
+    decision's permit is revoked (withheld) and a ``runtime_review`` request opens with
     the active bundle's ``[review]`` requirement; a new permit is minted once approved.
     Asking again returns the same request. 404 unknown decision; 409 ``already_redeemed``;
-    422 ``not_an_allow_decision`` or ``no_review_requirement``.
+    422 ``not_an_allow_decision``, ``shadow_decision`` or ``no_review_requirement``.
+
+    ``{run, context, require, timeout_ms, distinct_from}`` (role ``barrier``): a program
+    barrier over ``context``; the policy may raise the requirement, never lower it. 403
+    ``forbidden`` without the role, ``barrier_denied`` when the policy denies it; 422
+    ``invalid_requirement``. See :mod:`cosigner.approvals.barriers`.
     """
     ctx = context(request)
-    body, _ = await strict_body(request, ReviewAskV1, ctx.settings.max_body_bytes)
-    return await approval_requests.request_review(ctx, caller, decision_id=body.decision_id,
-                                          reason=body.reason)
+    data = parse_json(await read_body(request, ctx.settings.max_body_bytes))
+    if isinstance(data, dict) and "decision_id" in data:
+        ask = validate(ReviewAskV1, data)
+        return await approval_requests.request_review(ctx, caller,
+                                                      decision_id=ask.decision_id,
+                                                      reason=ask.reason)
+    barrier = validate(BarrierAskV1, data)
+    return await barriers.open_barrier(
+        ctx, caller, run=data["run"], context=data["context"],
+        requirement={"require": [g.model_dump() for g in barrier.require],
+                     "timeout_ms": barrier.timeout_ms,
+                     "distinct_from": barrier.distinct_from},
+        principal=barrier.principal.model_dump() if barrier.principal else None,
+        initiator=barrier.initiator.model_dump() if barrier.initiator else None)
 
 
 @router.get("/approvals", response_model=ApprovalListV1, responses=_RESPONSES)

@@ -41,6 +41,8 @@ async def list_events(
     run_id: str | None = None, principal: str | None = None,
     decision_id: str | None = None, approval_id: str | None = None,
     policy_id: str | None = None, policy_version: str | None = None,
+    mode: Annotated[Literal["shadow"] | None, Query(
+        description="shadow: only shadow-mode decisions (recorded, never enforced)")] = None,
     cursor: str | None = None, limit: Limit = 100,
 ) -> dict[str, Any]:
     """Events of the caller's tenant in ``seq`` order, filtered (auditor role).
@@ -51,7 +53,7 @@ async def list_events(
     where = EventFilter(since=since, until=until, type=type, tool=tool, effect=effect,
                         run_id=run_id, principal=principal, decision_id=decision_id,
                         approval_id=approval_id, policy_id=policy_id,
-                        policy_version=policy_version)
+                        policy_version=policy_version, mode=mode)
     async with context(request).db.read(bulk=True) as conn:
         events, next_cursor = await query_events(conn, tenant=caller.tenant, where=where,
                                                  cursor=cursor, limit=limit)

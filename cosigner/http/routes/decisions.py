@@ -34,7 +34,7 @@ async def post_decision(request: Request, caller: CallerDep) -> Response:
     req = decisions.DecisionRequest(
         request_id=model.request_id, run=data["run"], principal=data["principal"],
         initiator=data["initiator"], tool=data["tool"], args=data["args"],
-        context=data.get("context", {}), raw=data)
+        context=data.get("context", {}), raw=data, mode=model.mode)
     try:
         return json_response(await decisions.decide(ctx, caller, req))
     except InvalidRequest as exc:

@@ -3,16 +3,29 @@ activate, shadow. Who may do what: :mod:`cosigner.policy.tenancy`."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
 
+from cosigner.core.errors import InvalidRequest
 from cosigner.http.body import openapi_body, strict_body
 from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
-from cosigner.http.models.policies import ActivateV1, ShadowV1
-from cosigner.policy import admin
+from cosigner.http.models.policies import ActivateV1, ReplayV1, ShadowV1
+from cosigner.policy import admin, replay
 
 router = APIRouter(prefix="/v1/policies", tags=["policies"])
+
+
+def _moment(name: str, text: str | None) -> datetime | None:
+    """An RFC 3339 time (naive: UTC); raises :class:`InvalidRequest` ``invalid_time``."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidRequest(f"{name} is not an RFC 3339 time", code="invalid_time") from exc
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 def _context(request: Request, caller: Any) -> dict[str, Any]:
@@ -70,3 +83,20 @@ async def get_shadow_report(bundle_id: str, request: Request, caller: CallerDep)
     deps = context(request)
     return await admin.shadow_report(store=deps.store, db=deps.db, caller=caller,
                                      bundle_id=bundle_id)
+
+
+@router.post(
+    "/{bundle_id}/replay", responses=PROBLEM_RESPONSES, openapi_extra=openapi_body(ReplayV1)
+)
+async def replay_candidate(bundle_id: str, request: Request, caller: CallerDep
+                           ) -> dict[str, Any]:
+    """Evaluate a loaded version of the bundle on the tenant's logged decisions in
+    ``[since, until)`` and report effect transitions by tool (examples with decision ids),
+    decisions that could not be replayed (masked values the candidate reads, by pointer)
+    and the candidate's errors. Writes only one ``policy.replayed`` event. Same
+    administrators as activate."""
+    body, _ = await strict_body(request, ReplayV1, context(request).settings.max_body_bytes)
+    return await replay.replay_version(
+        **_context(request, caller), bundle_id=bundle_id, version=body.version,
+        tenant=body.tenant, since=_moment("since", body.since),
+        until=_moment("until", body.until))
