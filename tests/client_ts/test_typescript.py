@@ -108,3 +108,9 @@ def test_typescript_client(built: Path, server: tuple[str, str]) -> None:
     verification (test/canonical.test.mjs, test/gate.test.mjs)."""
     url, database_url = server
     run_node_tests(built, url, database_url, ["test/canonical.test.mjs", "test/gate.test.mjs"])
+
+
+def test_vercel_ai_sdk_adapter(built: Path, server: tuple[str, str]) -> None:
+    """ai 6.x tools behind Cosigner with MockLanguageModelV3 (test/ai-sdk.test.mjs)."""
+    url, database_url = server
+    run_node_tests(built, url, database_url, ["test/ai-sdk.test.mjs"])

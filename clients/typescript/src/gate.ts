@@ -424,8 +424,19 @@ export class Gate {
    * unless the exception has a `sideEffect` property) and re-thrown.
    */
   async call<T>(tool: string, args: Record<string, unknown>, fn: (args: any) => T | Promise<T>, opts: CallOptions<T> = {}): Promise<CallResult<T>> {
-    const { costMinor, approvalTimeoutMs, signal, ...decideOpts } = opts;
-    const decision = await this.decide(tool, args, decideOpts);
+    const { costMinor: _c, approvalTimeoutMs: _a, signal: _s, ...decideOpts } = opts;
+    return this.proceed(await this.decide(tool, args, decideOpts), tool, args, fn, opts);
+  }
+
+  /**
+   * The gates after decide, for a decision already made (e.g. by a framework's
+   * approval hook): (wait for approval) → redeem → `fn(args)` → report. Deciding again
+   * under the same `requestId` gives the same decision, so a resumed run (even in
+   * another process) joins its pending approval, and its single-use permit makes the
+   * body run at most once.
+   */
+  async proceed<T>(decision: Decision, tool: string, args: Record<string, unknown>, fn: (args: any) => T | Promise<T>, opts: CallOptions<T> = {}): Promise<CallResult<T>> {
+    const { costMinor, approvalTimeoutMs, signal } = opts;
     if (decision.failOpen) {
       console.warn(`${decision.requestId} ran WITHOUT a decision (server ${decision.error?.code}; proceedOnTimeout)`);
       return new CallResult<T>("proceeded_on_timeout", decision, await fn(args));

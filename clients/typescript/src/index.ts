@@ -18,4 +18,5 @@ export {
   type Redemption,
   type SideEffect,
 } from "./models.js";
+export { decideCall, needsApproval, refusalText, requestIdFor, runGated, type GuardOptions } from "./frameworks.js";
 export { PermitVerifier, ALGORITHM, PERMIT_TYP } from "./verify.js";
