@@ -114,3 +114,10 @@ def test_vercel_ai_sdk_adapter(built: Path, server: tuple[str, str]) -> None:
     """ai 6.x tools behind Cosigner with MockLanguageModelV3 (test/ai-sdk.test.mjs)."""
     url, database_url = server
     run_node_tests(built, url, database_url, ["test/ai-sdk.test.mjs"])
+
+
+def test_openai_agents_js_adapter(built: Path, server: tuple[str, str]) -> None:
+    """@openai/agents tools behind Cosigner with a scripted Model; the approval resumed in
+    a fresh node process from the serialized RunState (test/agents.test.mjs)."""
+    url, database_url = server
+    run_node_tests(built, url, database_url, ["test/agents.test.mjs"])
