@@ -121,3 +121,9 @@ def test_openai_agents_js_adapter(built: Path, server: tuple[str, str]) -> None:
     a fresh node process from the serialized RunState (test/agents.test.mjs)."""
     url, database_url = server
     run_node_tests(built, url, database_url, ["test/agents.test.mjs"])
+
+
+def test_readme_examples(built: Path, server: tuple[str, str]) -> None:
+    """clients/typescript/README.md's examples run as written (test/readme.test.mjs)."""
+    url, database_url = server
+    run_node_tests(built, url, database_url, ["test/readme.test.mjs"])
