@@ -45,9 +45,12 @@ def _tool(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def built() -> Path:
-    """``npm ci`` (once per checkout) and ``tsc`` (builds dist/, type-checks src/)."""
+    """``npm ci`` (when the lock file is newer than the install) and ``tsc`` (builds
+    dist/, type-checks src/)."""
     npm = _tool("npm")
-    if not (PKG / "node_modules" / "typescript").is_dir():
+    installed = PKG / "node_modules" / ".package-lock.json"
+    if not installed.is_file() or installed.stat().st_mtime < (
+            PKG / "package-lock.json").stat().st_mtime:
         subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=PKG,
                        check=True, timeout=600)
     tsc = subprocess.run([_tool("node"), "node_modules/typescript/bin/tsc", "-p", "."],

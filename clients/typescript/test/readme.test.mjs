@@ -53,3 +53,17 @@ const model = new ScriptedModel({ id: "call_1", name: "wire_money", args: { to: 
   assert.match(out[0], /^review https:\/\/cosigner\.example\//);
   assert.match(out.at(-1), /sent to acct-1/);
 });
+
+test("README (repository root): the TypeScript client example", live, () => {
+  const root = readFileSync(new URL("../../../README.md", import.meta.url), "utf8");
+  const section = root.slice(root.indexOf("## TypeScript client"));
+  const code = section.match(/```js\n([\s\S]*?)```/)[1].replaceAll("http://127.0.0.1:8080", env.url);
+  const file = new URL("./.readme-root.mjs", import.meta.url);
+  writeFileSync(file, code);
+  try {
+    const out = execFileSync(process.execPath, [file.pathname], { env: { ...process.env, COSIGNER_KEY: env.runtime }, encoding: "utf8" });
+    assert.equal(out.trim(), "executed { order_id: 'ord_8472', charges: 2 }");
+  } finally {
+    rmSync(file);
+  }
+});
