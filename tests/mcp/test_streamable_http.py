@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -76,9 +77,11 @@ def shared(module_server: Callable[[Path], tuple[str, str]],
     return module_server(bundles)
 
 
-@pytest.fixture
-def cosigner(shared: tuple[str, str], tenant: str) -> Cosigner:
-    return cosigner_for(shared, tenant)
+@pytest.fixture(scope="module")
+def cosigner(shared: tuple[str, str]) -> Cosigner:
+    """One tenant for the module (gate processes are slow to start, so they are shared);
+    tests tell their calls apart by their arguments."""
+    return cosigner_for(shared, f"t-{uuid.uuid4().hex[:12]}")
 
 
 class Upstream:
@@ -92,15 +95,17 @@ class Upstream:
                                       str(self.port), str(log)])
         _wait_port(self.port, self.proc, "the MCP server")
 
-    def calls(self) -> list[dict[str, Any]]:
+    def calls(self, mark: str) -> list[dict[str, Any]]:
+        """The calls the server ran whose arguments contain ``mark``."""
         if not self.log.exists():
             return []
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
+        return [call for line in self.log.read_text().splitlines()
+                if mark in json.dumps((call := json.loads(line))["args"])]
 
 
-@pytest.fixture
-def upstream(tmp_path: Path) -> Iterator[Upstream]:
-    server = Upstream(tmp_path / "ran.jsonl")
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
+    server = Upstream(tmp_path_factory.mktemp("upstream") / "ran.jsonl")
     yield server
     _stop(server.proc)
 
@@ -115,7 +120,7 @@ def gate_command(cosigner: Cosigner, *flags: str) -> tuple[list[str], dict[str, 
              INITIATOR, "--server-name", "notes", "--progress-interval", "0.5", *flags], env)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def http_gate(cosigner: Cosigner, upstream: Upstream) -> Iterator[str]:
     """``cosigner-mcp-gate --listen ... --upstream ...``; yields its /mcp URL."""
     port = free_port()
@@ -153,90 +158,101 @@ async def _approve_when_pending(cosigner: Cosigner, decision: str = "approved"
 
 async def test_http_client_http_server_allowed_denied_approved(
         cosigner: Cosigner, upstream: Upstream, http_gate: str) -> None:
+    mark = uuid.uuid4().hex
+    before = len(cosigner.outcomes())
     async with http_session(http_gate) as session:
         listed = await session.list_tools()
         assert {t.name for t in listed.tools} == {"read_note", "write_note", "delete_notes"}
 
-        allowed = await session.call_tool("read_note", {"name": "todo"})
+        allowed = await session.call_tool("read_note", {"name": mark})
         assert not allowed.is_error, text(allowed)
-        assert text(allowed) == "note todo: hello"
+        assert text(allowed) == f"note {mark}: hello"
 
-        denied = await session.call_tool("delete_notes", {"pattern": "*"})
+        denied = await session.call_tool("delete_notes", {"pattern": mark})
         assert denied.is_error
         assert "destructive_forbidden" in text(denied)
 
-        call = asyncio.create_task(session.call_tool("write_note", {"name": "a", "text": "b"}))
+        call = asyncio.create_task(session.call_tool("write_note", {"name": mark, "text": "b"}))
         approval = await _approve_when_pending(cosigner)
         approved = await call
         assert not approved.is_error, text(approved)
-        assert text(approved) == "wrote a"
+        assert text(approved) == f"wrote {mark}"
         assert approval["review_url"].startswith("https://cosigner.example/")
 
     # The remote server ran the allowed and the approved call once each, never the denied.
-    assert upstream.calls() == [{"tool": "read_note", "args": {"name": "todo"}},
-                                {"tool": "write_note", "args": {"name": "a", "text": "b"}}]
-    assert cosigner.outcomes() == [("notes.read_note", "ok", "committed"),
-                                   ("notes.write_note", "ok", "committed")]
+    assert upstream.calls(mark) == [{"tool": "read_note", "args": {"name": mark}},
+                                    {"tool": "write_note", "args": {"name": mark, "text": "b"}}]
+    assert cosigner.outcomes()[before:] == [("notes.read_note", "ok", "committed"),
+                                            ("notes.write_note", "ok", "committed")]
 
 
 async def test_rejected_approval_returns_the_review_link_and_never_runs(
         cosigner: Cosigner, upstream: Upstream, http_gate: str) -> None:
+    mark = uuid.uuid4().hex
     async with http_session(http_gate) as session:
-        call = asyncio.create_task(session.call_tool("write_note", {"name": "x", "text": "y"}))
+        call = asyncio.create_task(session.call_tool("write_note", {"name": mark, "text": "y"}))
         approval = await _approve_when_pending(cosigner, "rejected")
         refused = await call
     assert refused.is_error
     assert "rejected" in text(refused) and approval["review_url"] in text(refused)
-    assert upstream.calls() == []
+    assert upstream.calls(mark) == []
 
 
 async def test_sessions_are_separate_runs_and_the_listener_needs_its_token(
         cosigner: Cosigner, upstream: Upstream, http_gate: str) -> None:
+    mark = uuid.uuid4().hex
     for _ in range(2):
         async with http_session(http_gate) as session:
-            result = await session.call_tool("read_note", {"name": "n"})
+            result = await session.call_tool("read_note", {"name": mark})
             assert not result.is_error, text(result)
-    runs = [e["subject"]["run_id"] for e in cosigner.events("decision.made")]
-    assert len(runs) == 2 and runs[0] != runs[1]
+    runs = [e["subject"]["run_id"] for e in cosigner.events("decision.made")
+            if mark in json.dumps(e)]
+    assert len(runs) == 2 and runs[0] != runs[1], runs
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
-    resp = httpx.post(http_gate, json=init, timeout=10,
-                      headers={"Accept": "application/json, text/event-stream"})
-    assert resp.status_code == 401
-    resp = httpx.post(http_gate, json=init, timeout=10,
-                      headers={"Accept": "application/json, text/event-stream",
-                               "Authorization": "Bearer wrong"})
-    assert resp.status_code == 401
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        resp = httpx.post(http_gate, json=init, timeout=10, headers={
+            "Accept": "application/json, text/event-stream", **headers})
+        assert resp.status_code == 401
 
 
 async def test_stdio_client_remote_http_server(cosigner: Cosigner, upstream: Upstream) -> None:
     """``--upstream`` without ``--listen``: an MCP client on stdio, the server remote."""
+    mark = uuid.uuid4().hex
     command, env = gate_command(cosigner, "--upstream", upstream.url)
     params = StdioServerParameters(command=command[0], args=command[1:], env=env)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
-        allowed = await session.call_tool("read_note", {"name": "s"})
-        denied = await session.call_tool("delete_notes", {"pattern": "*"})
-    assert not allowed.is_error and text(allowed) == "note s: hello"
+        allowed = await session.call_tool("read_note", {"name": mark})
+        denied = await session.call_tool("delete_notes", {"pattern": mark})
+    assert not allowed.is_error and text(allowed) == f"note {mark}: hello"
     assert denied.is_error and "destructive_forbidden" in text(denied)
-    assert upstream.calls() == [{"tool": "read_note", "args": {"name": "s"}}]
-
-
-def test_flags_need_one_server(cosigner: Cosigner) -> None:
-    command, env = gate_command(cosigner)
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 2 and "--upstream" in proc.stderr
-    command, env = gate_command(cosigner, "--upstream", "http://x/mcp", "--", "cat")
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 2
+    assert upstream.calls(mark) == [{"tool": "read_note", "args": {"name": mark}}]
 
 
 async def test_stdio_both_sides_unchanged(cosigner: Cosigner, time_server: list[str]) -> None:
     """The refactored entry point still relays a stdio child for a stdio client."""
-    command, env = gate_command(cosigner, "--server-name", "notes", "--", *time_server)
+    before = len(cosigner.outcomes())
+    command, env = gate_command(cosigner, "--", *time_server)
     params = StdioServerParameters(command=command[0], args=command[1:], env=env)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         result = await session.call_tool("get_current_time", {"timezone": "UTC"})
     assert not result.is_error, text(result)
     assert json.loads(text(result))["timezone"] == "UTC"
-    assert cosigner.outcomes() == [("notes.get_current_time", "ok", "committed")]
+    assert cosigner.outcomes()[before:] == [("notes.get_current_time", "ok", "committed")]
+
+
+@pytest.mark.parametrize("argv", [
+    [],                                                   # no server at all
+    ["--upstream", "http://x/mcp", "--", "cat"],          # two servers
+    ["--upstream", "file:///tmp/x"],                      # not http(s)
+    ["--listen", "nohost", "--upstream", "http://x/mcp"],  # no port
+    ["--listen-token-env", "GATE_TOKEN", "--upstream", "http://x/mcp"],  # token, no listener
+])
+def test_flags_need_exactly_one_server(argv: list[str]) -> None:
+    from cosigner_client.mcp_gate.cli import config_from, parser
+
+    args = parser().parse_args(["--url", "http://c", *argv])
+    with pytest.raises(SystemExit) as exc:
+        config_from(args, {"COSIGNER_KEY": "k", "GATE_TOKEN": "t"})
+    assert exc.value.code == 2
