@@ -213,6 +213,11 @@ async def test_sessions_are_separate_runs_and_the_listener_needs_its_token(
         resp = httpx.post(http_gate, json=init, timeout=10, headers={
             "Accept": "application/json, text/event-stream", **headers})
         assert resp.status_code == 401
+    # A first request that opens no session (not an initialize) leaves none behind.
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    resp = httpx.post(http_gate, json=ping, timeout=10, headers={
+        "Accept": "application/json, text/event-stream", "Authorization": "Bearer s3cret-token"})
+    assert resp.status_code == 400
 
 
 async def test_stdio_client_remote_http_server(cosigner: Cosigner, upstream: Upstream) -> None:
@@ -248,6 +253,7 @@ async def test_stdio_both_sides_unchanged(cosigner: Cosigner, time_server: list[
     ["--upstream", "file:///tmp/x"],                      # not http(s)
     ["--listen", "nohost", "--upstream", "http://x/mcp"],  # no port
     ["--listen-token-env", "GATE_TOKEN", "--upstream", "http://x/mcp"],  # token, no listener
+    ["--listen", "0.0.0.0:8931", "--upstream", "http://x/mcp"],  # open to all, no token
 ])
 def test_flags_need_exactly_one_server(argv: list[str]) -> None:
     from cosigner_client.mcp_gate.cli import config_from, parser

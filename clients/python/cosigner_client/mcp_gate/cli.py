@@ -41,6 +41,7 @@ from cosigner_client.mcp_gate.http import HttpFront, Streams, security_for, upst
 from cosigner_client.mcp_gate.relay import Relay
 
 log = logging.getLogger("cosigner_client.mcp_gate")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ def config_from(args: argparse.Namespace, environ: dict[str, str]) -> GateConfig
             parser().error("--listen takes HOST:PORT")
         listen = (host.strip("[]"), int(port))
     listen_token = None
+    if listen and listen[0] not in LOOPBACK and not args.listen_token_env:
+        parser().error("a --listen address other than loopback needs --listen-token-env")
     if args.listen_token_env:
         listen_token = environ.get(args.listen_token_env, "")
         if not listen or not listen_token:

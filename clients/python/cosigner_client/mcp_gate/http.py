@@ -7,10 +7,10 @@ Both only change where the relay's streams come from: every session still runs t
 links are those of the stdio relay. Each client session served over HTTP gets its own
 relay, its own connection to the server (or its own child process) and its own run.
 
-The listener binds to loopback by default, checks ``Host``/``Origin`` against DNS
-rebinding (the SDK's transport security), and with ``--listen-token-env VAR`` requires
-``Authorization: Bearer <token>``: whoever reaches it calls tools under the gate's
-identity.
+Whoever reaches the listener calls tools under the gate's identity, so it checks
+``Host``/``Origin`` against DNS rebinding (the SDK's transport security), with
+``--listen-token-env VAR`` requires ``Authorization: Bearer <token>`` (mandatory for a
+non-loopback address), and opens at most 100 sessions at once (503 beyond).
 """
 
 from __future__ import annotations
@@ -72,11 +72,12 @@ class HttpFront:
 
     def __init__(self, session: Session, *, token: str | None = None,
                  security: TransportSecuritySettings | None = None,
-                 idle_timeout: float = 1800.0) -> None:
+                 idle_timeout: float = 1800.0, max_sessions: int = 100) -> None:
         self._session = session
         self._token = token
         self._security = security
         self._idle_timeout = idle_timeout
+        self._max_sessions = max_sessions
         self._sessions: dict[str, StreamableHTTPServerTransport] = {}
         self._tg: TaskGroup | None = None
 
@@ -115,13 +116,26 @@ class HttpFront:
             if transport.is_terminated:
                 self._sessions.pop(session_id, None)
             return
+        if len(self._sessions) >= self._max_sessions:
+            await _respond(send, 503, "too many open sessions")
+            return
         transport = StreamableHTTPServerTransport(
             mcp_session_id=uuid.uuid4().hex, security_settings=self._security,
             idle_timeout=self._idle_timeout)
         assert transport.mcp_session_id is not None and self._tg is not None
         self._sessions[transport.mcp_session_id] = transport
         await self._tg.start(self._run_session, transport)
-        await transport.handle_request(scope, receive, send)
+        status: list[int] = []
+
+        async def watch(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        await transport.handle_request(scope, receive, watch)
+        if not status or status[0] >= 400:  # no session was opened: do not keep one
+            self._sessions.pop(transport.mcp_session_id, None)
+            await transport.terminate()
 
     async def _run_session(self, transport: StreamableHTTPServerTransport, *,
                            task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
