@@ -21,3 +21,8 @@ fi
 if [ ! -f "$(dirname "$0")/../tests/http/openapi_ts/node_modules/openapi-typescript/bin/cli.js" ]; then
   (cd "$(dirname "$0")/../tests/http/openapi_ts" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The TypeScript client's dependencies, pinned by clients/typescript/package-lock.json
+# (tests/client_ts runs the same `npm ci` when this script was skipped).
+if [ ! -f "$(dirname "$0")/../clients/typescript/node_modules/.package-lock.json" ]; then
+  (cd "$(dirname "$0")/../clients/typescript" && npm ci --no-audit --no-fund --loglevel=error)
+fi
