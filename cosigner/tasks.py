@@ -102,8 +102,9 @@ class Tasks:
         while True:
             await asyncio.sleep(self.ctx.settings.sweep_every_s)
             try:
-                count = await expire_due(self.ctx.db, self.ctx.clock())
+                count = await expire_due(self.ctx.db, self.ctx.clock(),
+                                         settings=self.ctx.settings)
                 if count:
-                    log.info("expired %d approval requests", count)
+                    log.info("ended %d approval stages (expired or escalated)", count)
             except CosignerError as exc:  # storage down: try again next round
                 log.warning("approval sweep failed: %s", exc.detail)

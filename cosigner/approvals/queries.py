@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from cosigner.approvals import rules as review_rules
-from cosigner.approvals.requests import expire_if_due, reviews_of
+from cosigner.approvals.requests import expire_due, expire_if_due, reviews_of
 from cosigner.approvals.views import effective_status, view
 from cosigner.core.errors import Forbidden, NotFound
 from cosigner.db.tables_approvals import approvals, reviews
@@ -78,6 +78,9 @@ async def list_requests(deps: AppContext, caller: Caller, *, status: str = "pend
     their own, not already reviewed, not a second approval in a run they approved in).
     """
     now = deps.clock()
+    # Stages that ended move first (escalated requests show up in their new approvers'
+    # queue at once); an idle tenant costs one indexed read.
+    await expire_due(deps.db, now, settings=deps.settings, tenant=caller.tenant)
     async with deps.db.read() as conn:
         rows = (await conn.execute(
             select(approvals).where(approvals.c.tenant == caller.tenant,

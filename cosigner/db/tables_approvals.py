@@ -18,6 +18,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Index,
+    Integer,
     String,
     Table,
     Text,
@@ -39,7 +40,9 @@ approvals = Table(
     Column("args_hash", String(71), nullable=False),
     Column("args", Text, nullable=False),  # RFC 8785 canonical JSON of the exact arguments
     Column("mask", JSON, nullable=False),  # JSON pointers never displayed in clear
-    Column("requirement", JSON, nullable=False),  # {require, timeout_ms, distinct_from}
+    # The current stage's {require, timeout_ms, distinct_from, on_expired?, break_glass?}
+    Column("requirement", JSON, nullable=False),
+    Column("stage", Integer, nullable=False, server_default=text("1")),  # escalation stage
     Column("status", String(16), nullable=False),  # pending|approved|rejected|expired|cancelled
     Column("initiator", JSON, nullable=False),
     Column("principal", JSON, nullable=False),
@@ -77,6 +80,7 @@ reviews = Table(
     Column("principal_id", String(36), nullable=False),
     Column("roles", JSON, nullable=False),  # required roles the reviewer held at review time
     Column("role", String(64), nullable=True),  # group the approval counts for
+    Column("stage", Integer, nullable=False, server_default=text("1")),  # of the request
     Column("decision", String(16), nullable=False),  # approved | rejected
     Column("comment", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),

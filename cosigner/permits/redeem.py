@@ -25,7 +25,7 @@ from cosigner.db.batch import Write
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
 from cosigner.db.tables import permits as permits_table
-from cosigner.db.tables_approvals import call_inputs, reviews
+from cosigner.db.tables_approvals import approvals, call_inputs, reviews
 from cosigner.identity.principals import Caller
 from cosigner.permits.ledger import permit_row
 from cosigner.permits.tokens import PermitClaims, check_binding, verify_permit_token
@@ -195,9 +195,10 @@ def refusal_writer(db: Database) -> GroupCommitter[Refusal]:
 async def _counted_roles(conn: AsyncConnection, approval_id: str | None) -> list[str] | None:
     if approval_id is None:
         return None
-    found = (await conn.execute(select(reviews.c.role).where(
+    found = (await conn.execute(select(reviews.c.role).join(
+        approvals, approvals.c.id == reviews.c.approval_id).where(
         reviews.c.approval_id == approval_id, reviews.c.decision == "approved",
-        reviews.c.role.is_not(None)))).scalars().all()
+        reviews.c.role.is_not(None), reviews.c.stage == approvals.c.stage))).scalars().all()
     return [str(role) for role in found]
 
 

@@ -40,6 +40,12 @@ class RoleGroupV1(BaseModel):
     count: int
 
 
+class StageV1(BaseModel):
+    require: list[RoleGroupV1]
+    timeout_ms: int
+    distinct_from: Literal["initiator", "previous", "initiator_and_previous"]
+
+
 class GroupProgressV1(BaseModel):
     role: str
     count: int
@@ -50,6 +56,7 @@ class ReviewV1(BaseModel):
     subject: str
     decision: Literal["approved", "rejected"]
     role: str | None = Field(description="Group the approval counts for (null: rejection).")
+    stage: int | None = Field(default=None, description="Escalation stage it was given in.")
     comment: str
     at: str
 
@@ -64,6 +71,10 @@ class ApprovalV1(BaseModel):
     distinct_from: Literal["initiator", "previous", "initiator_and_previous"]
     expires_at: str
     review_url: str
+    stage: int | None = Field(default=None, description="Escalation stage (1: the first); "
+                                                        "require/expires_at are this stage's.")
+    on_expired: StageV1 | None = Field(default=None, description="The next stage when this "
+                                       "one times out; null: the request then expires.")
     kind: Literal["policy", "runtime_review"] | None = None
     decision_id: str | None = None
     run_id: str | None = None

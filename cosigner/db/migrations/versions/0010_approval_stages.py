@@ -1,0 +1,29 @@
+"""approval stages: escalation on expiry (stage of a request and of each review)
+
+Revision ID: 0010_approval_stages
+Revises: 0009_policy_state
+Create Date: 2026-12-01 03:00:00
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0010_approval_stages"
+down_revision: str | Sequence[str] | None = "0009_policy_state"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    # Plain ADD COLUMN (a constant default): SQLite keeps the partial indexes untouched.
+    for table in ("approvals", "reviews"):
+        op.add_column(table, sa.Column("stage", sa.Integer(), nullable=False,
+                                       server_default=sa.text("1")))
+
+
+def downgrade() -> None:
+    for table in ("reviews", "approvals"):
+        with op.batch_alter_table(table) as batch:
+            batch.drop_column("stage")
