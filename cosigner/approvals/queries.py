@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 MAX_WAIT_S = 60.0
 POLL_INTERVAL_S = 0.2
-_READERS = ("runtime", "admin", "auditor")
+_READERS = ("runtime", "admin", "auditor", "breakglass")
 
 
 def _may_read(caller: Caller, row: Any) -> bool:
@@ -71,7 +71,8 @@ async def get_state(deps: AppContext, caller: Caller, approval_id: str, *,
 
 async def list_requests(deps: AppContext, caller: Caller, *, status: str = "pending",
                         limit: int = 100) -> list[dict[str, Any]]:
-    """Requests of the caller's tenant with ``status``, newest first.
+    """Requests of the caller's tenant with ``status``, newest first; ``after_review``:
+    break-glass authorisations whose mandatory review is still open.
 
     For ``runtime``/``admin``/``auditor`` callers: all of them. For approvers: those needing
     one of their roles; with ``pending``, only those they may review now (not expired, not
@@ -82,9 +83,10 @@ async def list_requests(deps: AppContext, caller: Caller, *, status: str = "pend
     # queue at once); an idle tenant costs one indexed read.
     await expire_due(deps.db, now, settings=deps.settings, tenant=caller.tenant)
     async with deps.db.read() as conn:
+        which = (approvals.c.after_review == "open" if status == "after_review"
+                 else approvals.c.status == status)
         rows = (await conn.execute(
-            select(approvals).where(approvals.c.tenant == caller.tenant,
-                                    approvals.c.status == status)
+            select(approvals).where(approvals.c.tenant == caller.tenant, which)
             .order_by(approvals.c.created_at.desc()).limit(500))).all()
         approved_runs: dict[str, set[str]] = {}
         if status == "pending" and not caller.has_any(*_READERS):

@@ -103,6 +103,10 @@ def view(row: Any, review_rows: list[Any], *, public_url: str, now: datetime,
                      "stage": _stage(r), "comment": r.comment,
                      "at": isoformat(_aware(r.created_at))}
                     for r in review_rows],
+        # Break-glass (cosigner.approvals.breakglass) and its after-the-fact review.
+        "break_glass": getattr(row, "break_glass", None),
+        "after_review": getattr(row, "after_review", None),
+        "after_reviewed": getattr(row, "after_reviewed", None),
         "retry_after": RETRY_AFTER_S if status == "pending" else None,
         "permit": row.permit if include_permit and status == "approved" else None,
     })

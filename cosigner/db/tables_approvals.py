@@ -58,6 +58,11 @@ approvals = Table(
     # A rejection sticks (server.rejections) until withdrawn: when, and by whom (actor).
     Column("withdrawn_at", DateTime(timezone=True), nullable=True),
     Column("withdrawn_by", JSON, nullable=True),
+    # Break-glass (cosigner.approvals.breakglass): {by: actor, reason, at}; then the
+    # mandatory after-the-fact review: "open" until an approver records it ("done").
+    Column("break_glass", JSON, nullable=True),
+    Column("after_review", String(8), nullable=True),  # open | done
+    Column("after_reviewed", JSON, nullable=True),  # {by: actor, verdict, comment, at}
     Index("uq_approvals_pending_call", "tenant", "run_id", "tool", "args_hash", unique=True,
           sqlite_where=text("status = 'pending'"),
           postgresql_where=text("status = 'pending'")),
@@ -67,6 +72,7 @@ approvals = Table(
           postgresql_where=text("status = 'rejected' AND withdrawn_at IS NULL")),
     Index("ix_approvals_tenant_status", "tenant", "status", "expires_at"),
     Index("ix_approvals_decision", "tenant", "decision_id"),
+    Index("ix_approvals_after_review", "tenant", "after_review"),
 )
 
 reviews = Table(

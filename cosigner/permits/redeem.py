@@ -236,4 +236,7 @@ async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
     if (result.effect == "require_approval" and result.approval is not None
             and counted is not None and satisfies(result.approval, counted)):
         return
+    if (result.effect == "require_approval" and result.approval is not None
+            and claims.break_glass and result.approval.break_glass):
+        return  # authorised by break-glass, which the current policy still allows
     raise changed

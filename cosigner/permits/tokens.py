@@ -71,6 +71,8 @@ class PermitClaims:
     args_hash: str
     policy: PolicyRef
     approvers: tuple[ApproverRef, ...]
+    #: Authorised by one ``breakglass`` principal, not by the requirement's quorum.
+    break_glass: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The JWT claims set (``approval_id`` omitted when there is none)."""
@@ -82,6 +84,8 @@ class PermitClaims:
             "approvers": [dict(approver) for approver in self.approvers]}
         if self.approval_id is None:
             del claims["approval_id"]
+        if self.break_glass:
+            claims["break_glass"] = True
         return claims
 
 
@@ -101,6 +105,7 @@ def mint_permit(
     now: datetime,
     ttl_s: int,
     jti: str | None = None,
+    break_glass: bool = False,
 ) -> tuple[str, PermitClaims]:
     """Sign a permit valid from ``now`` (floored to seconds) for ``ttl_s`` seconds.
 
@@ -135,6 +140,7 @@ def mint_permit(
             _approver_ref(approver, error=ValueError, accept_datetime=True)
             for approver in approvers
         ),
+        break_glass=break_glass,
     )
     return keyring.sign(claims.to_json(), typ=PERMIT_TYP), claims
 
@@ -239,6 +245,9 @@ def _parse_claims(raw: Mapping[str, Any]) -> PermitClaims:
     approvers = raw.get("approvers")
     if not isinstance(approvers, list):
         raise _malformed("claim 'approvers' missing or not an array")
+    break_glass = raw.get("break_glass", False)
+    if not isinstance(break_glass, bool):
+        raise _malformed("claim 'break_glass' is not a boolean")
     return PermitClaims(
         iss=_str(raw, "iss"),
         aud=_str(raw, "aud"),
@@ -254,4 +263,5 @@ def _parse_claims(raw: Mapping[str, Any]) -> PermitClaims:
         args_hash=_str(raw, "args_hash"),
         policy=_policy_ref(raw.get("policy"), error=_malformed),
         approvers=tuple(_approver_ref(item, error=_malformed) for item in approvers),
+        break_glass=break_glass,
     )

@@ -9,6 +9,10 @@ from pydantic import BaseModel, Field
 from cosigner.http.models.decisions import TEXT_PATTERN, TOOL_PATTERN, PermitV1, ReasonV1, Wire
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
+#: What ``GET /v1/approvals?status=`` filters on: a state, or ``after_review`` (break-glass
+#: authorisations whose mandatory review is still open).
+ApprovalFilter = Literal["pending", "approved", "rejected", "expired", "cancelled",
+                         "after_review"]
 #: Ids we issue (uuid4, hex jti): nothing else can name a row.
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
 
@@ -33,6 +37,33 @@ class WithdrawRejectionV1(Wire):
     """An approver or admin withdraws a rejection (who: from the credential)."""
 
     reason: str = Field(min_length=1, max_length=500, pattern=TEXT_PATTERN)
+
+
+class BreakGlassRequestV1(Wire):
+    """A ``breakglass`` principal authorises a pending request alone (who: the credential)."""
+
+    reason: str = Field(min_length=1, max_length=2000, pattern=TEXT_PATTERN,
+                        description="Why; at least break_glass_min_reason_chars characters.")
+
+
+class AfterReviewRequestV1(Wire):
+    """An approver's after-the-fact review of a break-glass authorisation."""
+
+    verdict: Literal["upheld", "objected"]
+    comment: str = Field(min_length=1, max_length=2000, pattern=TEXT_PATTERN)
+
+
+class BreakGlassV1(BaseModel):
+    by: dict[str, Any]
+    reason: str
+    at: str
+
+
+class AfterReviewedV1(BaseModel):
+    by: dict[str, Any]
+    verdict: Literal["upheld", "objected"]
+    comment: str
+    at: str
 
 
 class RoleGroupV1(BaseModel):
@@ -93,6 +124,12 @@ class ApprovalV1(BaseModel):
         default=None, description="When a rejection was withdrawn; until then the same "
                                   "call in the run is denied rejected_by_reviewer.")
     reviews: list[ReviewV1] | None = None
+    break_glass: BreakGlassV1 | None = Field(default=None, description="Set when a "
+                                             "breakglass principal authorised it alone.")
+    after_review: Literal["open", "done"] | None = Field(
+        default=None, description="The mandatory review after break-glass: open until an "
+                                  "approver records it.")
+    after_reviewed: AfterReviewedV1 | None = None
     retry_after: int | None = Field(default=None,
                                     description="Seconds before polling again (pending).")
     permit: PermitV1 | None = Field(default=None,

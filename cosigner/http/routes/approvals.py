@@ -6,17 +6,19 @@ from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request
 
+from cosigner.approvals import breakglass, rejections
 from cosigner.approvals import opening as approval_requests
 from cosigner.approvals import queries as approval_queries
-from cosigner.approvals import rejections
 from cosigner.approvals import reviews as approvals
 from cosigner.http.body import openapi_body, strict_body
 from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
 from cosigner.http.models.approvals import (
     ID_PATTERN,
+    AfterReviewRequestV1,
+    ApprovalFilter,
     ApprovalListV1,
-    ApprovalStatus,
     ApprovalV1,
+    BreakGlassRequestV1,
     ReviewAskV1,
     ReviewRequestV1,
     WithdrawRejectionV1,
@@ -46,10 +48,11 @@ async def post_approval(request: Request, caller: CallerDep) -> dict[str, Any]:
 
 @router.get("/approvals", response_model=ApprovalListV1, responses=_RESPONSES)
 async def list_approvals(request: Request, caller: CallerDep,
-                         status: ApprovalStatus = "pending",
+                         status: ApprovalFilter = "pending",
                          limit: int = Query(100, ge=1, le=500)) -> dict[str, Any]:
     """Approval requests of the caller's tenant. For an approver with ``status=pending``:
-    exactly those they may review now (their role, not their own, not yet reviewed)."""
+    exactly those they may review now (their role, not their own, not yet reviewed).
+    ``status=after_review``: break-glass authorisations still awaiting their review."""
     items = await approval_queries.list_requests(context(request), caller,
                                                  status=status, limit=limit)
     return {"items": items}
@@ -104,3 +107,34 @@ async def post_withdraw_rejection(request: Request, caller: CallerDep,
     ctx = context(request)
     body, _ = await strict_body(request, WithdrawRejectionV1, ctx.settings.max_body_bytes)
     return await rejections.withdraw(ctx, caller, approval_id, reason_text=body.reason)
+
+
+@router.post("/approvals/{approval_id}/break-glass", response_model=ApprovalV1,
+             responses=_RESPONSES, openapi_extra=openapi_body(BreakGlassRequestV1))
+async def post_break_glass(request: Request, caller: CallerDep,
+                           approval_id: str = _ID) -> dict[str, Any]:
+    """Authorise a pending request alone (``breakglass`` role; identity from the
+    credential): mints a permit flagged ``break_glass``, notifies every approver role at
+    once (webhook ``approval.break_glass``) and opens the mandatory after-the-fact review.
+
+    403 ``forbidden`` (no breakglass role), ``self_approval``, ``break_glass_forbidden``
+    (the policy forbids it); 409 ``approval_expired``, ``approval_not_pending``; 422
+    ``reason_too_short``.
+    """
+    ctx = context(request)
+    body, _ = await strict_body(request, BreakGlassRequestV1, ctx.settings.max_body_bytes)
+    return await breakglass.break_glass(ctx, caller, approval_id, reason=body.reason)
+
+
+@router.post("/approvals/{approval_id}/after-review", response_model=ApprovalV1,
+             responses=_RESPONSES, openapi_extra=openapi_body(AfterReviewRequestV1))
+async def post_after_review(request: Request, caller: CallerDep,
+                            approval_id: str = _ID) -> dict[str, Any]:
+    """Record the after-the-fact review of a break-glass authorisation (an approver
+    holding one of the request's roles; never the break-glass principal or the requesting
+    side). 403 ``not_eligible``, ``self_approval``; 409 ``no_after_review``.
+    """
+    ctx = context(request)
+    body, _ = await strict_body(request, AfterReviewRequestV1, ctx.settings.max_body_bytes)
+    return await breakglass.record_after_review(ctx, caller, approval_id,
+                                                verdict=body.verdict, comment=body.comment)

@@ -1,4 +1,5 @@
-"""approval stages: escalation on expiry (stage of a request and of each review)
+"""approval stages: escalation on expiry (stage of a request and of each review);
+break-glass and its after-the-fact review
 
 Revision ID: 0010_approval_stages
 Revises: 0009_policy_state
@@ -21,9 +22,17 @@ def upgrade() -> None:
     for table in ("approvals", "reviews"):
         op.add_column(table, sa.Column("stage", sa.Integer(), nullable=False,
                                        server_default=sa.text("1")))
+    op.add_column("approvals", sa.Column("break_glass", sa.JSON(), nullable=True))
+    op.add_column("approvals", sa.Column("after_review", sa.String(8), nullable=True))
+    op.add_column("approvals", sa.Column("after_reviewed", sa.JSON(), nullable=True))
+    op.create_index("ix_approvals_after_review", "approvals", ["tenant", "after_review"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_approvals_after_review", table_name="approvals")
+    with op.batch_alter_table("approvals") as batch:
+        for column in ("after_reviewed", "after_review", "break_glass"):
+            batch.drop_column(column)
     for table in ("reviews", "approvals"):
         with op.batch_alter_table(table) as batch:
             batch.drop_column("stage")
