@@ -122,8 +122,9 @@ async def expire(conn: AsyncConnection, row: Any, now: datetime, who: dict[str, 
                                     expires_at=aware(row.expires_at).isoformat()))
             return events
         stage = stage_of(row)
-        if "break_glass" in row.requirement:  # the first stage's setting holds for the chain
-            nxt = {**nxt, "break_glass": row.requirement["break_glass"]}
+        # The first stage's break-glass and standing settings hold for the whole chain.
+        nxt = {**nxt, **{key: row.requirement[key] for key in ("break_glass", "standing")
+                         if key in row.requirement}}
         # From the stage's own end, not from when somebody noticed: every replica computes
         # the same instant.
         expires_at = aware(row.expires_at) + timedelta(milliseconds=int(nxt["timeout_ms"]))

@@ -23,6 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import rules as review_rules
+from cosigner.approvals import standing as standing_rules
 from cosigner.approvals.requests import (
     SYSTEM_ACTOR,
     aware,
@@ -73,7 +74,8 @@ async def _previous_approvers(conn: AsyncConnection, row: Any) -> frozenset[str]
 
 
 async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision: str,
-                 comment: str = "") -> dict[str, Any]:
+                 comment: str = "", standing: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
     """Record ``caller``'s review of a request; the identity is the caller's credential.
 
     ``decision`` is ``approved`` or ``rejected``. One rejection rejects; when every group is
@@ -81,6 +83,11 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
     ``approvers [{id, role, at}]``, ``exp`` = the request's remaining validity, capped by
     ``max_permit_ttl_s``). Refused attempts are logged (``approval.review_refused``) and
     committed before the error is raised.
+
+    ``standing``: a bounded standing approval to grant with this approval
+    (:mod:`cosigner.approvals.standing`); refused (``invalid_standing``,
+    ``standing_not_allowed``, ``standing_needs_one_approver``, ``standing_masked_path``,
+    ``standing_mismatch``) and logged before anything is recorded.
 
     Returns the approval state (:func:`cosigner.approvals.views.view`).
 
@@ -112,7 +119,7 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
                             payload={"code": "not_found", "decision": decision})]
         else:
             refusal, events = await _review_locked(deps, conn, caller, row, decision,
-                                                   comment, now)
+                                                   comment, now, standing)
             fresh = await load(conn, caller.tenant, approval_id, lock=False)
             state = view(fresh, await reviews_of(conn, approval_id),
                          public_url=deps.settings.public_url, now=now,
@@ -130,7 +137,8 @@ def _refused(row: Any, who: dict[str, Any], decision: str,
 
 
 async def _review_locked(deps: AppContext, conn: AsyncConnection, caller: Caller, row: Any,
-                         decision: str, comment: str, now: datetime
+                         decision: str, comment: str, now: datetime,
+                         standing: dict[str, Any] | None
                          ) -> tuple[CosignerError | None, list[Event]]:
     """End a due stage first (expiry wins): a review arriving at or after a stage's end
     never counts for that stage. After an escalation it is judged against the new stage;
@@ -147,12 +155,14 @@ async def _review_locked(deps: AppContext, conn: AsyncConnection, caller: Caller
             error, refused = _refused(row, caller.actor(), decision, ApprovalStateError(
                 "the approval request has expired", code="approval_expired"))
             return error, ended + refused
-    refusal, events = await _review_stage(deps, conn, caller, row, decision, comment, now)
+    refusal, events = await _review_stage(deps, conn, caller, row, decision, comment, now,
+                                          standing)
     return refusal, ended + events
 
 
 async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller, row: Any,
-                        decision: str, comment: str, now: datetime
+                        decision: str, comment: str, now: datetime,
+                        standing: dict[str, Any] | None
                         ) -> tuple[CosignerError | None, list[Event]]:
     who = caller.actor()
     requirement = parse_requirement(row.requirement)
@@ -179,6 +189,16 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
     if refusal is not None:
         return _refused(row, who, decision,
                         ReviewRefused(_REFUSAL_TEXT[refusal], code=refusal))
+    grant: dict[str, Any] | None = None
+    if standing is not None:
+        try:
+            if decision != "approved":
+                raise InvalidRequest("only an approval can carry a standing approval",
+                                     code="invalid_standing")
+            grant = standing_rules.parse_grant(standing, requirement)
+            standing_rules.check_grant(row, grant)
+        except InvalidRequest as exc:
+            return _refused(row, who, decision, exc)
     if decision == "rejected":
         await _insert_review(conn, row, caller, held, None, decision, comment, now)
         await transition(conn, row, "rejected", now=now)
@@ -203,6 +223,9 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
                      progress=quorum.progress(requirement.require, assignment))]
     if quorum.is_met(requirement.require, assignment):
         events += await _approve(deps, conn, row, assignment, now, who)
+        if grant is not None:  # parse_grant: one person meets this stage, so it is met
+            events.append(await standing_rules.grant(conn, row, caller, requirement, grant,
+                                                     now))
     return None, events
 
 

@@ -94,6 +94,31 @@ reviews = Table(
     Index("ix_reviews_run", "tenant", "run_id", "decision"),
 )
 
+#: Bounded standing approvals (cosigner.approvals.standing): an approver extends one
+#: approval to later calls of the same tool on behalf of the same principal (in one run, or
+#: in any run of the tenant until ``expires_at``) whose args meet ``constraints``, at most
+#: ``max_uses`` times. ``uses`` is counted under the decision's write lock.
+standing_approvals = Table(
+    "standing_approvals",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("approval_id", String(36), nullable=False),  # the request it was granted on
+    Column("tool", String(256), nullable=False),
+    Column("principal_id", String(256), nullable=False),
+    Column("run_id", String(256), nullable=True),  # scope "run"; null: scope "ttl"
+    Column("constraints", JSON, nullable=False),  # [{pointer, op, value}]
+    Column("roles", JSON, nullable=False),  # the roles of the requirement it extends
+    Column("max_uses", Integer, nullable=False),
+    Column("uses", Integer, nullable=False),
+    Column("created_by", JSON, nullable=False),  # actor
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_by", JSON, nullable=True),
+    Index("ix_standing_call", "tenant", "tool", "principal_id"),
+)
+
 call_inputs = Table(
     "call_inputs",
     metadata,

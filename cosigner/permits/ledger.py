@@ -31,7 +31,7 @@ def prepare_permit(
     keyring: Keyring, settings: Settings, *, tenant: str, run_id: str,
     decision_id: str, approval_id: str | None, tool: str, args_hash: str,
     policy: dict[str, str], approvers: list[dict[str, Any]], now: datetime, ttl_s: int,
-    actor: dict[str, Any], break_glass: bool = False,
+    actor: dict[str, Any], break_glass: bool = False, standing_id: str | None = None,
 ) -> tuple[dict[str, Any], Event, dict[str, Any]]:
     """Mint a permit without touching the database.
 
@@ -42,7 +42,7 @@ def prepare_permit(
         keyring, issuer=settings.issuer, audience=settings.audience, tenant=tenant,
         run_id=run_id, decision_id=decision_id, approval_id=approval_id, tool=tool,
         args_hash=args_hash, policy=policy, approvers=approvers, now=now, ttl_s=ttl_s,
-        break_glass=break_glass)
+        break_glass=break_glass, standing_id=standing_id)
     expires_at = datetime.fromtimestamp(claims.exp, UTC)
     row = {"jti": claims.jti, "tenant": tenant, "decision_id": decision_id,
            "approval_id": approval_id, "run_id": run_id, "tool": tool,
@@ -53,7 +53,8 @@ def prepare_permit(
                   args_hash=args_hash, policy=policy,
                   payload={"exp": claims.exp, "kid": keyring.current_kid,
                            "approvers": [dict(a) for a in claims.approvers],
-                           **({"break_glass": True} if break_glass else {})})
+                           **({"break_glass": True} if break_glass else {}),
+                           **({"standing_id": standing_id} if standing_id else {})})
     permit = {"token": token, "jti": claims.jti,
               "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
     return permit, event, row

@@ -25,7 +25,7 @@ from cosigner.db.batch import Write
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
 from cosigner.db.tables import permits as permits_table
-from cosigner.db.tables_approvals import approvals, call_inputs, reviews
+from cosigner.db.tables_approvals import approvals, call_inputs, reviews, standing_approvals
 from cosigner.identity.principals import Caller
 from cosigner.permits.ledger import permit_row
 from cosigner.permits.tokens import PermitClaims, check_binding, verify_permit_token
@@ -202,6 +202,16 @@ async def _counted_roles(conn: AsyncConnection, approval_id: str | None) -> list
     return [str(role) for role in found]
 
 
+async def _standing_live(deps: AppContext, tenant: str, standing_id: str) -> bool:
+    """The standing approval that allowed the call is not revoked (a revoke wins over
+    permits of it not yet redeemed)."""
+    async with deps.db.read() as conn:
+        revoked = (await conn.execute(select(standing_approvals.c.revoked_at).where(
+            standing_approvals.c.id == standing_id,
+            standing_approvals.c.tenant == tenant))).first()
+    return revoked is not None and revoked.revoked_at is None
+
+
 async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
                           stored: tuple[dict[str, Any], list[str]] | None,
                           args: dict[str, Any], counted: list[str] | None,
@@ -239,4 +249,8 @@ async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
     if (result.effect == "require_approval" and result.approval is not None
             and claims.break_glass and result.approval.break_glass):
         return  # authorised by break-glass, which the current policy still allows
+    if (result.effect == "require_approval" and result.approval is not None
+            and claims.standing_id is not None and result.approval.standing is not None
+            and await _standing_live(deps, tenant, claims.standing_id)):
+        return  # allowed by a standing approval the policy still allows, not revoked
     raise changed

@@ -73,6 +73,8 @@ class PermitClaims:
     approvers: tuple[ApproverRef, ...]
     #: Authorised by one ``breakglass`` principal, not by the requirement's quorum.
     break_glass: bool = False
+    #: Allowed by this standing approval (cosigner.approvals.standing), not by a review.
+    standing_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JWT claims set (``approval_id`` omitted when there is none)."""
@@ -86,6 +88,8 @@ class PermitClaims:
             del claims["approval_id"]
         if self.break_glass:
             claims["break_glass"] = True
+        if self.standing_id is not None:
+            claims["standing_id"] = self.standing_id
         return claims
 
 
@@ -106,6 +110,7 @@ def mint_permit(
     ttl_s: int,
     jti: str | None = None,
     break_glass: bool = False,
+    standing_id: str | None = None,
 ) -> tuple[str, PermitClaims]:
     """Sign a permit valid from ``now`` (floored to seconds) for ``ttl_s`` seconds.
 
@@ -141,6 +146,7 @@ def mint_permit(
             for approver in approvers
         ),
         break_glass=break_glass,
+        standing_id=standing_id,
     )
     return keyring.sign(claims.to_json(), typ=PERMIT_TYP), claims
 
@@ -248,6 +254,9 @@ def _parse_claims(raw: Mapping[str, Any]) -> PermitClaims:
     break_glass = raw.get("break_glass", False)
     if not isinstance(break_glass, bool):
         raise _malformed("claim 'break_glass' is not a boolean")
+    standing_id = raw.get("standing_id")
+    if standing_id is not None and (not isinstance(standing_id, str) or not standing_id):
+        raise _malformed("claim 'standing_id' is not a string")
     return PermitClaims(
         iss=_str(raw, "iss"),
         aud=_str(raw, "aud"),
@@ -264,4 +273,5 @@ def _parse_claims(raw: Mapping[str, Any]) -> PermitClaims:
         policy=_policy_ref(raw.get("policy"), error=_malformed),
         approvers=tuple(_approver_ref(item, error=_malformed) for item in approvers),
         break_glass=break_glass,
+        standing_id=standing_id,
     )

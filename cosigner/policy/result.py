@@ -11,7 +11,8 @@ DESIGN invariant 1 and case K04/K05)::
                   "distinct_from": "initiator" | "previous" | "initiator_and_previous",
                   "on_expired": {"require": [...], "timeout_ms": ...,     # optional: the
                                  "distinct_from": ..., "on_expired": ...}, # next stage
-                  "break_glass": bool},                                     # optional, true
+                  "break_glass": bool,                                      # optional, true
+                  "standing": {"max_ttl_s": int >= 1, "max_uses": int >= 1}},  # optional
      "mask": ["/json/pointer", ...],                                    # optional
      "permit_ttl_s": int}                                               # optional, allow only
 """
@@ -34,7 +35,18 @@ MAX_TIMEOUT_MS = 2_592_000_000  # 30 days
 MAX_STAGES = 3
 _RESULT_KEYS = frozenset({"effect", "reasons", "approval", "mask", "permit_ttl_s"})
 _STAGE_KEYS = frozenset({"require", "timeout_ms", "distinct_from", "on_expired"})
-_APPROVAL_KEYS = _STAGE_KEYS | {"break_glass"}
+_APPROVAL_KEYS = _STAGE_KEYS | {"break_glass", "standing"}
+MAX_STANDING_TTL_S = 30 * 86_400
+MAX_STANDING_USES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class StandingRule:
+    """How far an approver may extend an approval to later calls of the same tool:
+    at most ``max_ttl_s`` seconds and ``max_uses`` calls."""
+
+    max_ttl_s: int
+    max_uses: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +80,7 @@ class ApprovalRequirement:
     distinct_from: DistinctFrom
     on_expired: ApprovalRequirement | None = None
     break_glass: bool = True
+    standing: StandingRule | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -77,10 +90,14 @@ class ApprovalRequirement:
         }
         if self.on_expired is not None:
             nxt = self.on_expired.as_dict()
-            nxt.pop("break_glass", None)  # the first stage's setting holds for the chain
+            nxt.pop("break_glass", None)  # the first stage's settings hold for the chain
+            nxt.pop("standing", None)
             out["on_expired"] = nxt
         if not self.break_glass:
             out["break_glass"] = False
+        if self.standing is not None:
+            out["standing"] = {"max_ttl_s": self.standing.max_ttl_s,
+                               "max_uses": self.standing.max_uses}
         return out
 
     def stages(self) -> list[ApprovalRequirement]:
@@ -152,6 +169,7 @@ def parse_requirement(raw: Any, *, _stage: int = 1,
     break_glass = raw.get("break_glass", True) if _break_glass is None else _break_glass
     if not isinstance(break_glass, bool):
         raise PolicyError("approval.break_glass must be true or false")
+    standing = _parse_standing(raw.get("standing"))
     nxt = raw.get("on_expired")
     on_expired = None
     if nxt is not None:
@@ -159,7 +177,20 @@ def parse_requirement(raw: Any, *, _stage: int = 1,
             raise PolicyError(f"approval.on_expired chains at most {MAX_STAGES} stages")
         on_expired = parse_requirement(nxt, _stage=_stage + 1, _break_glass=break_glass)
     return ApprovalRequirement(tuple(parsed), timeout_ms, distinct_from, on_expired,
-                               break_glass)
+                               break_glass, standing)
+
+
+def _parse_standing(raw: Any) -> StandingRule | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != {"max_ttl_s", "max_uses"}:
+        raise PolicyError("approval.standing must be {max_ttl_s, max_uses}")
+    ttl, uses = raw["max_ttl_s"], raw["max_uses"]
+    if not _is_int(ttl) or not 1 <= ttl <= MAX_STANDING_TTL_S:
+        raise PolicyError(f"approval.standing.max_ttl_s must be in 1..{MAX_STANDING_TTL_S}")
+    if not _is_int(uses) or not 1 <= uses <= MAX_STANDING_USES:
+        raise PolicyError(f"approval.standing.max_uses must be in 1..{MAX_STANDING_USES}")
+    return StandingRule(ttl, uses)
 
 
 def _parse_reasons(raw: Any) -> tuple[Reason, ...]:

@@ -17,6 +17,25 @@ ApprovalFilter = Literal["pending", "approved", "rejected", "expired", "cancelle
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
 
 
+class StandingConstraintV1(Wire):
+    pointer: str = Field(min_length=1, max_length=512, pattern=r"^/",
+                         description="JSON pointer (RFC 6901) into the call's args.")
+    op: Literal["equals", "max", "min"]
+    value: Any = Field(description="equals: any JSON (RFC 8785 equality); max/min: a number.")
+
+
+class StandingGrantV1(Wire):
+    """Extend this approval to later matching calls (bounded by the policy's ``standing``)."""
+
+    scope: Literal["run", "ttl"] = Field(description="run: later calls in this run; ttl: in "
+                                                     "any run, until ttl_s has passed.")
+    ttl_s: int | None = Field(default=None, ge=1, description="At most the policy's "
+                              "max_ttl_s (the default for scope run).")
+    max_uses: int | None = Field(default=None, ge=1,
+                                 description="At most the policy's max_uses (the default).")
+    constraints: list[StandingConstraintV1] = Field(min_length=1, max_length=16)
+
+
 class ReviewRequestV1(Wire):
     """An approver's review. Who reviews comes from the credential, never from the body
     (``requested_by``, ``approver`` ... are unknown fields: 422)."""
@@ -24,6 +43,9 @@ class ReviewRequestV1(Wire):
     decision: Literal["approved", "rejected"]
     comment: str = Field(default="", max_length=2000, pattern=TEXT_PATTERN,
                          description="Required (non-blank) when rejecting.")
+    standing: StandingGrantV1 | None = Field(
+        default=None, description="Approve later matching calls too (when the policy's "
+                                  "requirement allows standing approvals).")
 
 
 class ReviewAskV1(Wire):
@@ -134,6 +156,27 @@ class ApprovalV1(BaseModel):
                                     description="Seconds before polling again (pending).")
     permit: PermitV1 | None = Field(default=None,
                                     description="Once approved; runtime callers only.")
+
+
+class StandingApprovalV1(BaseModel):
+    id: str
+    approval_id: str
+    tool: str
+    principal_id: str
+    scope: Literal["run", "ttl"]
+    run_id: str | None
+    constraints: list[dict[str, Any]]
+    roles: list[str]
+    max_uses: int
+    uses: int
+    created_by: str
+    created_at: str
+    expires_at: str
+    revoked_at: str | None
+
+
+class StandingApprovalListV1(BaseModel):
+    items: list[StandingApprovalV1]
 
 
 class ApprovalListV1(BaseModel):

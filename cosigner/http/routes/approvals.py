@@ -10,6 +10,7 @@ from cosigner.approvals import breakglass, rejections
 from cosigner.approvals import opening as approval_requests
 from cosigner.approvals import queries as approval_queries
 from cosigner.approvals import reviews as approvals
+from cosigner.approvals import standing as standing_approvals
 from cosigner.http.body import openapi_body, strict_body
 from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context
 from cosigner.http.models.approvals import (
@@ -21,6 +22,8 @@ from cosigner.http.models.approvals import (
     BreakGlassRequestV1,
     ReviewAskV1,
     ReviewRequestV1,
+    StandingApprovalListV1,
+    StandingApprovalV1,
     WithdrawRejectionV1,
 )
 
@@ -78,12 +81,16 @@ async def post_review(request: Request, caller: CallerDep,
 
     403 ``not_eligible``, ``self_approval``, ``previous_approver``; 409 ``duplicate_review``,
     ``role_already_met``, ``approval_expired`` (at or after ``expires_at``),
-    ``approval_not_pending``; 422 ``comment_required``, unknown fields.
+    ``approval_not_pending``; 422 ``comment_required``, unknown fields, and for a
+    ``standing`` grant ``standing_not_allowed``, ``standing_needs_one_approver``,
+    ``standing_masked_path``, ``standing_mismatch``, ``invalid_standing``.
     """
     ctx = context(request)
-    body, _ = await strict_body(request, ReviewRequestV1, ctx.settings.max_body_bytes)
+    body, data = await strict_body(request, ReviewRequestV1, ctx.settings.max_body_bytes)
+    # The grant as sent (the wire model checked its shape), never a re-dumped model.
+    standing = data.get("standing") if body.standing is not None else None
     return await approvals.review(ctx, caller, approval_id, decision=body.decision,
-                                  comment=body.comment)
+                                  comment=body.comment, standing=standing)
 
 
 @router.post("/approvals/{approval_id}/cancel", response_model=ApprovalV1,
@@ -138,3 +145,24 @@ async def post_after_review(request: Request, caller: CallerDep,
     body, _ = await strict_body(request, AfterReviewRequestV1, ctx.settings.max_body_bytes)
     return await breakglass.record_after_review(ctx, caller, approval_id,
                                                 verdict=body.verdict, comment=body.comment)
+
+
+@router.get("/standing-approvals", response_model=StandingApprovalListV1,
+            responses=_RESPONSES)
+async def list_standing(request: Request, caller: CallerDep,
+                        active: bool = Query(True, description="Only those still usable."),
+                        limit: int = Query(100, ge=1, le=500)) -> dict[str, Any]:
+    """Standing approvals of the caller's tenant (approvers: those of their roles)."""
+    items = await standing_approvals.list_standing(context(request), caller,
+                                                   active_only=active, limit=limit)
+    return {"items": items}
+
+
+@router.post("/standing-approvals/{standing_id}/revoke", response_model=StandingApprovalV1,
+             responses=_RESPONSES)
+async def post_revoke_standing(request: Request, caller: CallerDep,
+                               standing_id: str = Path(min_length=1, max_length=64,
+                                                       pattern=ID_PATTERN)) -> dict[str, Any]:
+    """Revoke a standing approval (an admin, or an approver holding one of its roles): no
+    later call uses it and its unredeemed permits no longer redeem. 403 ``not_eligible``."""
+    return await standing_approvals.revoke(context(request), caller, standing_id)
