@@ -5,6 +5,7 @@ own, bound to its own args (K09)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -197,3 +198,22 @@ async def test_a_grant_outside_the_policy_bounds_is_refused(
     state = await h.client.get(f"/v1/approvals/{approval['id']}", headers=runtime)
     assert state.json()["status"] == "pending" and state.json()["reviews"] == []
     assert await standing_list(h, alice, active=False) == []
+
+
+async def test_uses_are_never_overspent_across_replicas(
+        harness_factory: Callable[..., Any], tmp_path: Path, tenant: str) -> None:
+    bundle = write_scripted_bundle(tmp_path / "b")
+    one: Harness = await harness_factory(bundle_dirs=[bundle])
+    two: Harness = await harness_factory(bundle_dirs=[bundle])  # same database: a replica
+    runtime = await one.headers(tenant, "runtime")
+    alice = await one.headers(tenant, "finance", subject="alice")
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    first = await decide(one, runtime, refund(run, 150_000))
+    resp = await approve_with_standing(one, alice, first["approval"]["id"],
+                                       grant(max_uses=2))
+    assert resp.status_code == 200, resp.text
+    calls = [decide(h, runtime, refund(run, 100_000 + i))
+             for i, h in enumerate([one, two] * 4)]
+    effects = [d["effect"] for d in await asyncio.gather(*calls)]
+    assert sorted(effects) == ["allow"] * 2 + ["require_approval"] * 6
+    assert [i["uses"] for i in await standing_list(two, alice, active=False)] == [2]
