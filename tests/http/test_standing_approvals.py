@@ -217,3 +217,17 @@ async def test_uses_are_never_overspent_across_replicas(
     effects = [d["effect"] for d in await asyncio.gather(*calls)]
     assert sorted(effects) == ["allow"] * 2 + ["require_approval"] * 6
     assert [i["uses"] for i in await standing_list(two, alice, active=False)] == [2]
+
+
+@pytest.mark.parametrize("standing", [
+    {"max_ttl_s": 0, "max_uses": 1}, {"max_ttl_s": 60, "max_uses": 0},
+    {"max_ttl_s": 60}, {"max_ttl_s": 60, "max_uses": True}, "always",
+])
+async def test_a_malformed_standing_rule_is_a_policy_error(
+        sh: tuple[Harness, FrozenClock], tenant: str, standing: Any) -> None:
+    h, _ = sh
+    runtime = await h.headers(tenant, "runtime")
+    result = needs(("finance", 1))
+    result["approval"]["standing"] = standing
+    decision = await decide(h, runtime, refund("run-1", 150_000, result))
+    assert decision["effect"] == "deny" and decision["reasons"][0]["code"] == "policy_error"
