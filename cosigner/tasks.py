@@ -118,6 +118,6 @@ class Tasks:
         self._loops.append(asyncio.create_task(loop(), name=name))
 
     async def _sweep_once(self) -> None:
-        count = await expire_due(self.ctx.db, self.ctx.clock())
+        count = await expire_due(self.ctx.db, self.ctx.clock(), settings=self.ctx.settings)
         if count:
-            log.info("expired %d approval requests", count)
+            log.info("ended %d approval stages (expired or escalated)", count)

@@ -3,8 +3,8 @@
 An identical request (same tenant, run, tool, args hash) while one is pending joins it: same
 id, no new notification. The partial unique index ``uq_approvals_pending_call`` settles two
 concurrent openings across replicas; the loser's insert does nothing and it joins the winner.
-A pending twin already past ``expires_at`` is expired first (expiry wins), then a new request
-opens.
+A pending twin already past ``expires_at`` ends its stage first (expiry wins): escalated, it
+is joined; expired, a new request opens.
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
             principal=call.principal, opened_by=opened_by, reasons=call.reasons,
             policy=call.policy, reason=reason, created_at=now, expires_at=expires_at)
         if (await conn.execute(_insert_pending(conn.dialect.name), values)).first():
-            row = SimpleNamespace(**values, decided_at=None, permit_jti=None, permit=None)
+            row = SimpleNamespace(**values, stage=1, decided_at=None, permit_jti=None,
+                                  permit=None)
             events.append(event("approval.requested", row, opened_by, kind=kind,
                                 requirement=requirement.as_dict(),
                                 expires_at=expires_at.isoformat(), reason=reason))
@@ -129,7 +130,11 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
             continue
         if not is_due(existing, now):
             break
-        events += await expire(conn, existing, now, SYSTEM_ACTOR)  # then open a new one
+        events += await expire(conn, existing, now, SYSTEM_ACTOR, settings=settings)
+        existing = await load(conn, call.tenant, existing.id, lock=False)
+        if existing.status == "pending":  # escalated to its next stage: join it
+            break
+        # expired: open a new one
     else:
         raise Conflict("a concurrent approval request changed state; retry",
                        code="approval_race")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from cosigner.approvals import rules as review_rules
-from cosigner.approvals.requests import expire_if_due, reviews_of
+from cosigner.approvals.requests import expire_due, expire_if_due, reviews_of
 from cosigner.approvals.views import effective_status, view
 from cosigner.core.errors import Forbidden, NotFound
 from cosigner.db.tables_approvals import approvals, reviews
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 MAX_WAIT_S = 60.0
 POLL_INTERVAL_S = 0.2
-_READERS = ("runtime", "admin", "auditor")
+_READERS = ("runtime", "admin", "auditor", "breakglass")
 
 
 def _may_read(caller: Caller, row: Any) -> bool:
@@ -71,17 +71,22 @@ async def get_state(deps: AppContext, caller: Caller, approval_id: str, *,
 
 async def list_requests(deps: AppContext, caller: Caller, *, status: str = "pending",
                         limit: int = 100) -> list[dict[str, Any]]:
-    """Requests of the caller's tenant with ``status``, newest first.
+    """Requests of the caller's tenant with ``status``, newest first; ``after_review``:
+    break-glass authorisations whose mandatory review is still open.
 
     For ``runtime``/``admin``/``auditor`` callers: all of them. For approvers: those needing
     one of their roles; with ``pending``, only those they may review now (not expired, not
     their own, not already reviewed, not a second approval in a run they approved in).
     """
     now = deps.clock()
+    # Stages that ended move first (escalated requests show up in their new approvers'
+    # queue at once); an idle tenant costs one indexed read.
+    await expire_due(deps.db, now, settings=deps.settings, tenant=caller.tenant)
     async with deps.db.read() as conn:
+        which = (approvals.c.after_review == "open" if status == "after_review"
+                 else approvals.c.status == status)
         rows = (await conn.execute(
-            select(approvals).where(approvals.c.tenant == caller.tenant,
-                                    approvals.c.status == status)
+            select(approvals).where(approvals.c.tenant == caller.tenant, which)
             .order_by(approvals.c.created_at.desc()).limit(500))).all()
         approved_runs: dict[str, set[str]] = {}
         if status == "pending" and not caller.has_any(*_READERS):

@@ -6,9 +6,14 @@ States (DESIGN § Wire contracts)::
 
 :data:`TRANSITIONS` is the whole machine; :func:`transition` refuses anything else and every
 change is a conditional ``UPDATE ... WHERE status = <from>``, so on several replicas at most
-one writer moves a request. Expiry wins (invariant 5): at ``now >= expires_at`` a request is
-expired whatever arrives at that instant; the request is moved to ``expired`` by whoever
-notices first (a review, a read, the periodic sweep :func:`expire_due`).
+one writer moves a request. Expiry wins (invariant 5): at ``now >= expires_at`` a stage is
+over whatever arrives at that instant. A requirement with ``on_expired`` then escalates: the
+request stays ``pending`` and moves to its next stage (``stage`` + 1, the next stage's
+requirement, ``expires_at`` = the old one + the next ``timeout_ms``; a conditional
+``UPDATE ... WHERE status = 'pending' AND stage = <from>``, event ``approval.escalated``,
+webhook ``approval.escalated`` to the new approvers). Earlier stages' reviews stay on the
+request (shown, never counted again). Without a next stage the request is ``expired``.
+Whoever notices first moves it (a review, a read, the periodic sweep :func:`expire_due`).
 
 Reviewing and cancelling are :mod:`cosigner.approvals.reviews`; opening is
 :mod:`cosigner.approvals.opening`.
@@ -17,7 +22,7 @@ Reviewing and cancelling are :mod:`cosigner.approvals.reviews`; opening is
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
@@ -36,7 +41,8 @@ if TYPE_CHECKING:
     from cosigner.db.database import Database
 
 __all__ = ["STATES", "SYSTEM_ACTOR", "TERMINAL", "TRANSITIONS", "aware", "event", "expire",
-           "expire_due", "expire_if_due", "is_due", "load", "notify", "reviews_of", "transition"]
+           "expire_due", "expire_if_due", "is_due", "load", "notify", "reviews_of", "stage_of",
+           "transition"]
 
 log = logging.getLogger("cosigner.approvals")
 
@@ -101,11 +107,48 @@ async def reviews_of(conn: AsyncConnection, approval_id: str) -> list[Any]:
         .order_by(reviews.c.created_at, reviews.c.id))).all())
 
 
-async def expire(conn: AsyncConnection, row: Any, now: datetime,
-                  who: dict[str, Any]) -> list[Event]:
-    if not await transition(conn, row, "expired", now=now):
-        return []
-    return [event("approval.expired", row, who, expires_at=aware(row.expires_at).isoformat())]
+async def expire(conn: AsyncConnection, row: Any, now: datetime, who: dict[str, Any], *,
+                 settings: Settings | None = None) -> list[Event]:
+    """End every stage of ``row`` that is over at ``now``: escalate to the next stage, or
+    expire the request when there is none. Returns the events (none when another writer
+    moved it first). ``settings``: where to queue the escalation webhook (none: no
+    webhook)."""
+    events: list[Event] = []
+    while is_due(row, now):
+        nxt = row.requirement.get("on_expired")
+        if nxt is None:
+            if await transition(conn, row, "expired", now=now):
+                events.append(event("approval.expired", row, who, stage=stage_of(row),
+                                    expires_at=aware(row.expires_at).isoformat()))
+            return events
+        stage = stage_of(row)
+        # The first stage's break-glass and standing settings hold for the whole chain.
+        nxt = {**nxt, **{key: row.requirement[key] for key in ("break_glass", "standing")
+                         if key in row.requirement}}
+        # From the stage's own end, not from when somebody noticed: every replica computes
+        # the same instant.
+        expires_at = aware(row.expires_at) + timedelta(milliseconds=int(nxt["timeout_ms"]))
+        result = await conn.execute(
+            approvals.update()
+            .where(approvals.c.id == row.id, approvals.c.status == "pending",
+                   approvals.c.stage == stage)
+            .values(stage=stage + 1, requirement=nxt, expires_at=expires_at))
+        if result.rowcount != 1:
+            return events
+        events.append(event("approval.escalated", row, who, stage=stage + 1,
+                            from_stage=stage, require=nxt["require"],
+                            distinct_from=nxt["distinct_from"],
+                            ended_at=aware(row.expires_at).isoformat(),
+                            expires_at=expires_at.isoformat()))
+        row = await load(conn, row.tenant, row.id, lock=False)
+        if settings is not None:
+            await notify(conn, settings, row, "approval.escalated", now)
+    return events
+
+
+def stage_of(row: Any) -> int:
+    """The request's current stage (1 for the first; rows built before a write have none)."""
+    return int(getattr(row, "stage", None) or 1)
 
 
 async def notify(conn: AsyncConnection, settings: Settings, row: Any, event_type: str,
@@ -126,17 +169,21 @@ async def notify(conn: AsyncConnection, settings: Settings, row: Any, event_type
                          approval=approval, now=now)
 
 
-async def expire_due(db: Database, now: datetime, *, limit: int = 500) -> int:
-    """Move pending requests with ``expires_at <= now`` to ``expired``; return how many.
+async def expire_due(db: Database, now: datetime, *, settings: Settings | None = None,
+                     tenant: str | None = None, limit: int = 500) -> int:
+    """End the stages of pending requests with ``expires_at <= now`` (escalate or expire,
+    :func:`expire`); return how many stages ended. ``tenant``: only that tenant's.
 
-    Reads first so an idle sweep takes no write lock. Each expiry is an
-    ``approval.expired`` event in its tenant's log, committed with the change.
+    Reads first so an idle sweep takes no write lock. Each change is an
+    ``approval.expired`` or ``approval.escalated`` event in its tenant's log, committed
+    with it.
     """
+    query = select(approvals.c.id, approvals.c.tenant).where(
+        approvals.c.status == "pending", approvals.c.expires_at <= now)
+    if tenant is not None:
+        query = query.where(approvals.c.tenant == tenant)
     async with db.read() as conn:
-        due = (await conn.execute(
-            select(approvals.c.id, approvals.c.tenant).where(
-                approvals.c.status == "pending", approvals.c.expires_at <= now)
-            .limit(limit))).all()
+        due = (await conn.execute(query.limit(limit))).all()
     if not due:
         return 0
     count = 0
@@ -147,7 +194,7 @@ async def expire_due(db: Database, now: datetime, *, limit: int = 500) -> int:
         for item in sorted(due, key=lambda d: (d.tenant, d.id)):
             row = await load(conn, item.tenant, item.id, lock=True)
             if row is not None and is_due(row, now):
-                events = await expire(conn, row, now, SYSTEM_ACTOR)
+                events = await expire(conn, row, now, SYSTEM_ACTOR, settings=settings)
                 by_tenant.setdefault(row.tenant, []).extend(events)
                 count += len(events)
         for tenant in sorted(by_tenant):
@@ -157,9 +204,10 @@ async def expire_due(db: Database, now: datetime, *, limit: int = 500) -> int:
 
 
 async def expire_if_due(deps: AppContext, tenant: str, approval_id: str) -> None:
-    """Expire one request now if it is due (used by reads that notice it)."""
+    """End the request's due stage now (escalate or expire; used by reads that notice)."""
     now = deps.clock()
     async with deps.db.transaction() as conn:
         row = await load(conn, tenant, approval_id, lock=True)
         if row is not None and is_due(row, now):
-            await append(conn, tenant, await expire(conn, row, now, SYSTEM_ACTOR), now=now)
+            await append(conn, tenant, await expire(conn, row, now, SYSTEM_ACTOR,
+                                                    settings=deps.settings), now=now)

@@ -23,6 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import rules as review_rules
+from cosigner.approvals import standing as standing_rules
 from cosigner.approvals.requests import (
     SYSTEM_ACTOR,
     aware,
@@ -32,6 +33,7 @@ from cosigner.approvals.requests import (
     load,
     notify,
     reviews_of,
+    stage_of,
     transition,
 )
 from cosigner.approvals.views import display_args, view
@@ -72,7 +74,8 @@ async def _previous_approvers(conn: AsyncConnection, row: Any) -> frozenset[str]
 
 
 async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision: str,
-                 comment: str = "") -> dict[str, Any]:
+                 comment: str = "", standing: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
     """Record ``caller``'s review of a request; the identity is the caller's credential.
 
     ``decision`` is ``approved`` or ``rejected``. One rejection rejects; when every group is
@@ -80,6 +83,11 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
     ``approvers [{id, role, at}]``, ``exp`` = the request's remaining validity, capped by
     ``max_permit_ttl_s``). Refused attempts are logged (``approval.review_refused``) and
     committed before the error is raised.
+
+    ``standing``: a bounded standing approval to grant with this approval
+    (:mod:`cosigner.approvals.standing`); refused (``invalid_standing``,
+    ``standing_not_allowed``, ``standing_needs_one_approver``, ``standing_masked_path``,
+    ``standing_mismatch``) and logged before anything is recorded.
 
     Returns the approval state (:func:`cosigner.approvals.views.view`).
 
@@ -111,7 +119,7 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
                             payload={"code": "not_found", "decision": decision})]
         else:
             refusal, events = await _review_locked(deps, conn, caller, row, decision,
-                                                   comment, now)
+                                                   comment, now, standing)
             fresh = await load(conn, caller.tenant, approval_id, lock=False)
             state = view(fresh, await reviews_of(conn, approval_id),
                          public_url=deps.settings.public_url, now=now,
@@ -129,35 +137,68 @@ def _refused(row: Any, who: dict[str, Any], decision: str,
 
 
 async def _review_locked(deps: AppContext, conn: AsyncConnection, caller: Caller, row: Any,
-                         decision: str, comment: str, now: datetime
+                         decision: str, comment: str, now: datetime,
+                         standing: dict[str, Any] | None
                          ) -> tuple[CosignerError | None, list[Event]]:
+    """End a due stage first (expiry wins): a review arriving at or after a stage's end
+    never counts for that stage. After an escalation it is judged against the new stage;
+    after the last stage the request is expired (409)."""
+    chain = parse_requirement(row.requirement).stages()
+    if not caller.roles & frozenset().union(*(quorum.required_roles(r) for r in chain)):
+        return _refused(row, caller.actor(), decision, ReviewRefused(
+            "you hold none of the roles this request needs", code="not_eligible"))
+    ended: list[Event] = []
+    if is_due(row, now):
+        ended = await expire(conn, row, now, SYSTEM_ACTOR, settings=deps.settings)
+        row = await load(conn, row.tenant, row.id, lock=False)
+        if row.status == "expired":
+            error, refused = _refused(row, caller.actor(), decision, ApprovalStateError(
+                "the approval request has expired", code="approval_expired"))
+            return error, ended + refused
+    refusal, events = await _review_stage(deps, conn, caller, row, decision, comment, now,
+                                          standing)
+    return refusal, ended + events
+
+
+async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller, row: Any,
+                        decision: str, comment: str, now: datetime,
+                        standing: dict[str, Any] | None
+                        ) -> tuple[CosignerError | None, list[Event]]:
     who = caller.actor()
     requirement = parse_requirement(row.requirement)
     held = caller.roles & quorum.required_roles(requirement)
     if not held:
         return _refused(row, who, decision, ReviewRefused(
             "you hold none of the roles this request needs", code="not_eligible"))
-    if is_due(row, now):
-        expired = await expire(conn, row, now, SYSTEM_ACTOR)
-        error, refused = _refused(row, who, decision, ApprovalStateError(
-            "the approval request has expired", code="approval_expired"))
-        return error, expired + refused
     if row.status != "pending":
         code = "approval_expired" if row.status == "expired" else "approval_not_pending"
         return _refused(row, who, decision, ApprovalStateError(
             f"the approval request is {row.status}", code=code))
-    existing = await reviews_of(conn, row.id)
+    everyone = await reviews_of(conn, row.id)
+    # Only this stage's reviews count toward its quorum; earlier stages' stay on record
+    # (and one person still reviews a request once, whatever the stage).
+    existing = [r for r in everyone if r.stage == stage_of(row)]
     ctx = review_rules.ReviewContext(
         requirement=requirement, initiator_id=str(row.initiator.get("id")),
         principal_id=str(row.principal.get("id")),
         opened_by=str(row.opened_by.get("subject")),
         previous_approvers=await _previous_approvers(conn, row),
-        reviewed=frozenset(r.subject for r in existing))
+        reviewed=frozenset(r.subject for r in everyone))
     refusal = review_rules.refusal_code(ctx, subject=caller.subject, roles=held,
                                         decision=decision)
     if refusal is not None:
         return _refused(row, who, decision,
                         ReviewRefused(_REFUSAL_TEXT[refusal], code=refusal))
+    grant: dict[str, Any] | None = None
+    if standing is not None:
+        try:
+            if decision != "approved":
+                raise InvalidRequest("only an approval can carry a standing approval",
+                                     code="invalid_standing")
+            grant = standing_rules.parse_grant(standing, requirement)
+            standing_rules.check_grant(row, grant)
+        except InvalidRequest as exc:
+            return _refused(row, who, decision, exc)
     if decision == "rejected":
         await _insert_review(conn, row, caller, held, None, decision, comment, now)
         await transition(conn, row, "rejected", now=now)
@@ -182,6 +223,9 @@ async def _review_locked(deps: AppContext, conn: AsyncConnection, caller: Caller
                      progress=quorum.progress(requirement.require, assignment))]
     if quorum.is_met(requirement.require, assignment):
         events += await _approve(deps, conn, row, assignment, now, who)
+        if grant is not None:  # parse_grant: one person meets this stage, so it is met
+            events.append(await standing_rules.grant(conn, row, caller, requirement, grant,
+                                                     now))
     return None, events
 
 
@@ -199,7 +243,7 @@ async def _insert_review(conn: AsyncConnection, row: Any, caller: Caller, held: 
     await conn.execute(reviews.insert().values(
         id=str(uuid.uuid4()), approval_id=row.id, tenant=row.tenant, run_id=row.run_id,
         subject=caller.subject, principal_id=caller.principal_id, roles=sorted(held),
-        role=role, decision=decision, comment=comment, created_at=now))
+        role=role, stage=stage_of(row), decision=decision, comment=comment, created_at=now))
 
 
 async def _approve(deps: AppContext, conn: AsyncConnection, row: Any, assignment: dict[str, str],
@@ -244,7 +288,11 @@ async def cancel(deps: AppContext, caller: Caller, approval_id: str) -> dict[str
         if row is None:
             raise NotFound("no such approval request")
         if is_due(row, now):
-            events = await expire(conn, row, now, SYSTEM_ACTOR)
+            events = await expire(conn, row, now, SYSTEM_ACTOR, settings=deps.settings)
+            row = await load(conn, caller.tenant, approval_id, lock=False)
+        else:
+            events = []
+        if row.status == "expired":
             error = ApprovalStateError("the approval request has expired",
                                        code="approval_expired")
         elif row.status != "pending":
@@ -253,7 +301,7 @@ async def cancel(deps: AppContext, caller: Caller, approval_id: str) -> dict[str
                                      else "approval_not_pending")
         else:
             await transition(conn, row, "cancelled", now=now)
-            events = [event("approval.cancelled", row, who)]
+            events.append(event("approval.cancelled", row, who))
         await append(conn, caller.tenant, events, now=now)
         fresh = await load(conn, caller.tenant, approval_id, lock=False)
         state = view(fresh, await reviews_of(conn, approval_id),

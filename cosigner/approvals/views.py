@@ -40,9 +40,15 @@ def effective_status(row: Any, now: datetime) -> str:
     return str(row.status)
 
 
+def _stage(item: Any) -> int:
+    return int(getattr(item, "stage", None) or 1)
+
+
 def progress_of(row: Any, review_rows: list[Any]) -> list[dict[str, Any]]:
-    """Per group ``{role, count, approved}`` from the roles the accepted reviews count for."""
-    counted = [r.role for r in review_rows if r.decision == "approved" and r.role]
+    """Per group ``{role, count, approved}`` from the roles the accepted reviews of the
+    current stage count for (earlier stages' reviews never count again)."""
+    counted = [r.role for r in review_rows
+               if r.decision == "approved" and r.role and _stage(r) == _stage(row)]
     return [{"role": g["role"], "count": g["count"],
              "approved": min(counted.count(g["role"]), g["count"])}
             for g in row.requirement["require"]]
@@ -69,7 +75,13 @@ def view(row: Any, review_rows: list[Any], *, public_url: str, now: datetime,
     }
     if brief:
         return state
+    nxt = row.requirement.get("on_expired")
     state.update({
+        "stage": _stage(row),
+        # What the request escalates to when this stage times out (null: it expires).
+        "on_expired": None if nxt is None else {
+            "require": nxt["require"], "timeout_ms": nxt["timeout_ms"],
+            "distinct_from": nxt["distinct_from"]},
         "kind": row.kind,
         "decision_id": row.decision_id,
         "run_id": row.run_id,
@@ -88,8 +100,13 @@ def view(row: Any, review_rows: list[Any], *, public_url: str, now: datetime,
         "rejection_withdrawn_at": (isoformat(_aware(withdrawn)) if (
             withdrawn := getattr(row, "withdrawn_at", None)) else None),
         "reviews": [{"subject": r.subject, "decision": r.decision, "role": r.role,
-                     "comment": r.comment, "at": isoformat(_aware(r.created_at))}
+                     "stage": _stage(r), "comment": r.comment,
+                     "at": isoformat(_aware(r.created_at))}
                     for r in review_rows],
+        # Break-glass (cosigner.approvals.breakglass) and its after-the-fact review.
+        "break_glass": getattr(row, "break_glass", None),
+        "after_review": getattr(row, "after_review", None),
+        "after_reviewed": getattr(row, "after_reviewed", None),
         "retry_after": RETRY_AFTER_S if status == "pending" else None,
         "permit": row.permit if include_permit and status == "approved" else None,
     })

@@ -16,7 +16,7 @@ def add_user_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="stable subject id of the person (e.g. alice@example.com)")
     p.add_argument("--tenant", required=True, help="tenant id")
     p.add_argument("--role", action="append", required=True,
-                   help="approver role such as finance (repeatable)")
+                   help="approver role such as finance, or breakglass (repeatable)")
     p.add_argument("--password-stdin", action="store_true",
                    help="read the password from the first line of stdin instead of a prompt")
 

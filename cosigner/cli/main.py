@@ -115,7 +115,7 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
 def _add_key_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant", required=True, help="tenant id")
     p.add_argument("--role", action="append", required=True,
-                   help="runtime, auditor, admin, or an approver role such as finance; "
+                   help="runtime, auditor, admin, breakglass, or an approver role such as finance; "
                         "repeatable; in the tenant _system only operator")
     p.add_argument("--subject", help="stable subject id (default: a generated one)")
 

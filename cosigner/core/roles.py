@@ -1,7 +1,8 @@
 """Role names: the built-in API roles and the rule for approver roles.
 
 Built-in roles grant API access: ``runtime`` (decide, redeem, report), ``auditor`` (read
-the decision log), ``admin`` (policies, keys, principals), ``operator`` (system operator:
+the decision log), ``admin`` (policies, keys, principals), ``breakglass`` (authorise a
+pending approval request alone, with a reason; reviewed afterwards), ``operator`` (system operator:
 only in the system tenant ``_system``, the only role there; administers shared policy
 bundles and reloads), ``barrier`` (trusted runtime code that opens program barriers,
 ``POST /v1/approvals`` with a context; separate from ``runtime`` so an agent holding a
@@ -16,12 +17,16 @@ import re
 
 from cosigner.core.errors import InvalidRequest
 
-BUILTIN_ROLES = frozenset({"runtime", "auditor", "admin", "operator", "barrier"})
 #: The role that opens program barriers.
 BARRIER_ROLE = "barrier"
 #: The tool name of a program barrier in policy input, permits and the log (reserved:
 #: a decision request naming it is refused, so no decide path can mint its permits).
 BARRIER_TOOL = "cosigner.barrier"
+#: Break-glass: may authorise a pending request alone, with a reason, in an emergency
+#: (:mod:`cosigner.approvals.breakglass`); never an approver role a requirement may name.
+BREAKGLASS_ROLE = "breakglass"
+BUILTIN_ROLES = frozenset({"runtime", "auditor", "admin", "operator", BARRIER_ROLE,
+                           BREAKGLASS_ROLE})
 #: The system tenant (operators, and the chain of system-wide events).
 SYSTEM_TENANT = "_system"
 _ROLE_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")

@@ -70,6 +70,8 @@ class Settings(BaseSettings):
     checkpoint_every_s: int = Field(default=300, ge=1)
     #: Sweep interval for expiring approvals and permits.
     sweep_every_s: float = Field(default=5.0, gt=0)
+    #: Shortest reason (characters, after trimming) a break-glass authorisation accepts.
+    break_glass_min_reason_chars: int = Field(default=20, ge=1, le=2000)
     #: Group commit of decisions: at most this many per transaction, and the longest a
     #: first decision waits for others to join its batch (ms).
     log_batch_max: int = Field(default=64, ge=1, le=1000)

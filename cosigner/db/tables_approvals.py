@@ -18,6 +18,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Index,
+    Integer,
     String,
     Table,
     Text,
@@ -39,7 +40,9 @@ approvals = Table(
     Column("args_hash", String(71), nullable=False),
     Column("args", Text, nullable=False),  # RFC 8785 canonical JSON of the exact arguments
     Column("mask", JSON, nullable=False),  # JSON pointers never displayed in clear
-    Column("requirement", JSON, nullable=False),  # {require, timeout_ms, distinct_from}
+    # The current stage's {require, timeout_ms, distinct_from, on_expired?, break_glass?}
+    Column("requirement", JSON, nullable=False),
+    Column("stage", Integer, nullable=False, server_default=text("1")),  # escalation stage
     Column("status", String(16), nullable=False),  # pending|approved|rejected|expired|cancelled
     Column("initiator", JSON, nullable=False),
     Column("principal", JSON, nullable=False),
@@ -55,6 +58,11 @@ approvals = Table(
     # A rejection sticks (server.rejections) until withdrawn: when, and by whom (actor).
     Column("withdrawn_at", DateTime(timezone=True), nullable=True),
     Column("withdrawn_by", JSON, nullable=True),
+    # Break-glass (cosigner.approvals.breakglass): {by: actor, reason, at}; then the
+    # mandatory after-the-fact review: "open" until an approver records it ("done").
+    Column("break_glass", JSON, nullable=True),
+    Column("after_review", String(8), nullable=True),  # open | done
+    Column("after_reviewed", JSON, nullable=True),  # {by: actor, verdict, comment, at}
     Index("uq_approvals_pending_call", "tenant", "run_id", "tool", "args_hash", unique=True,
           sqlite_where=text("status = 'pending'"),
           postgresql_where=text("status = 'pending'")),
@@ -64,6 +72,7 @@ approvals = Table(
           postgresql_where=text("status = 'rejected' AND withdrawn_at IS NULL")),
     Index("ix_approvals_tenant_status", "tenant", "status", "expires_at"),
     Index("ix_approvals_decision", "tenant", "decision_id"),
+    Index("ix_approvals_after_review", "tenant", "after_review"),
 )
 
 reviews = Table(
@@ -77,11 +86,37 @@ reviews = Table(
     Column("principal_id", String(36), nullable=False),
     Column("roles", JSON, nullable=False),  # required roles the reviewer held at review time
     Column("role", String(64), nullable=True),  # group the approval counts for
+    Column("stage", Integer, nullable=False, server_default=text("1")),  # of the request
     Column("decision", String(16), nullable=False),  # approved | rejected
     Column("comment", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("approval_id", "subject", name="uq_reviews_approval_subject"),
     Index("ix_reviews_run", "tenant", "run_id", "decision"),
+)
+
+#: Bounded standing approvals (cosigner.approvals.standing): an approver extends one
+#: approval to later calls of the same tool on behalf of the same principal (in one run, or
+#: in any run of the tenant until ``expires_at``) whose args meet ``constraints``, at most
+#: ``max_uses`` times. ``uses`` is counted under the decision's write lock.
+standing_approvals = Table(
+    "standing_approvals",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("approval_id", String(36), nullable=False),  # the request it was granted on
+    Column("tool", String(256), nullable=False),
+    Column("principal_id", String(256), nullable=False),
+    Column("run_id", String(256), nullable=True),  # scope "run"; null: scope "ttl"
+    Column("constraints", JSON, nullable=False),  # [{pointer, op, value}]
+    Column("roles", JSON, nullable=False),  # the roles of the requirement it extends
+    Column("max_uses", Integer, nullable=False),
+    Column("uses", Integer, nullable=False),
+    Column("created_by", JSON, nullable=False),  # actor
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_by", JSON, nullable=True),
+    Index("ix_standing_call", "tenant", "tool", "principal_id"),
 )
 
 call_inputs = Table(

@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import opening as approval_requests
 from cosigner.approvals import rejections
+from cosigner.approvals import standing as standing_approvals
 from cosigner.audit.chain import Event
 from cosigner.context import AppContext
 from cosigner.db.batch import Item, Write
@@ -39,6 +40,7 @@ from cosigner.db.tables import decisions, permits
 from cosigner.db.tables_approvals import call_inputs
 from cosigner.identity.principals import Caller
 from cosigner.permits import ledger as permit_ledger
+from cosigner.policy.result import ApprovalRequirement
 from cosigner.policy.store import Evaluation
 from cosigner.runs import contracts
 
@@ -152,8 +154,8 @@ class DecisionPlan:
             assumed_none=not self.contract)
         if refused is not None and rejected is None:
             response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
-        approval_events: list[Event] = []
         requirement = self.evaluation.result.approval
+        standing_id, approval_events = await self._use_standing(conn, response, requirement)
         if (response["effect"] == "require_approval" and requirement is not None
                 and not self.call.shadow):
             await conn.execute(call_inputs.insert(), self._call_input_row())
@@ -161,12 +163,37 @@ class DecisionPlan:
                 conn, self.deps.settings, self.call.caller, response=response,
                 requirement=requirement, input_doc=self.input_doc, mask=self.mask,
                 now=self.now)
-        events, rows = self._writes(response)
+        events, rows = self._writes(response, standing_id=standing_id)
         for table, row in rows:
             await conn.execute(table.insert(), row)
         return Write(self.tenant, events[:1] + approval_events + events[1:], response)
 
-    def _writes(self, response: dict[str, Any]
+    async def _use_standing(self, conn: AsyncConnection, response: dict[str, Any],
+                            requirement: ApprovalRequirement | None
+                            ) -> tuple[str | None, list[Event]]:
+        """A ``require_approval`` whose requirement allows standing approvals, matched by a
+        live one: spend one use and turn it into ``allow`` citing it. Runs after the
+        standing-rejection and policy checks, so a reject or a deny always wins."""
+        if (response["effect"] != "require_approval" or requirement is None
+                or requirement.standing is None or self.call.shadow):
+            return None, []  # a shadow decision never spends a standing approval
+        used = await standing_approvals.use(
+            conn, tenant=self.tenant, run_id=self.run_id, tool=self.call.tool["name"],
+            principal_id=str(self.call.principal.get("id")), args=self.call.args,
+            now=self.now)
+        if used is None:
+            return None, []
+        standing_id, uses, max_uses = used
+        response.update(effect="allow", approval=None, reasons=[{
+            "code": standing_approvals.REASON_CODE,
+            "message": f"standing approval {standing_id} ({uses} of {max_uses} uses)"}])
+        return standing_id, [Event(
+            type="standing.used", actor=self.call.caller.actor(),
+            decision_id=self.decision_id, run_id=self.run_id, tool=self.call.tool["name"],
+            args_hash=self.call.args_hash, payload={"id": standing_id, "uses": uses,
+                                                    "max_uses": max_uses})]
+
+    def _writes(self, response: dict[str, Any], *, standing_id: str | None = None
                 ) -> tuple[list[Event], list[tuple[Table, dict[str, Any]]]]:
         """The events and rows of ``response``: the decision event (and the permit's for
         an ``allow``), the decision row, and for an ``allow`` the permit row and the call
@@ -183,7 +210,8 @@ class DecisionPlan:
                 self.deps.keyring, settings, tenant=self.tenant, run_id=self.run_id,
                 decision_id=self.decision_id, approval_id=None, tool=self.call.tool["name"],
                 args_hash=self.call.args_hash, policy=self.evaluation.policy or {},
-                approvers=[], now=self.now, ttl_s=permit_ttl(self), actor=self.call.caller.actor())
+                approvers=[], now=self.now, ttl_s=permit_ttl(self),
+                actor=self.call.caller.actor(), standing_id=standing_id)
             response["permit"] = permit
             events.append(permit_event)
             rows.append((permits, permit_row))

@@ -29,7 +29,9 @@ from cosigner.http import examples
 from cosigner.http.codes import codes_for
 from cosigner.http.deps import authenticate
 from cosigner.http.models.approvals import (
+    AfterReviewRequestV1,
     BarrierAskV1,
+    BreakGlassRequestV1,
     RedeemRequestV1,
     ReviewAskV1,
     ReviewRequestV1,
@@ -43,7 +45,7 @@ from cosigner.http.models.runs import OutcomeReportV1, RunContractV1
 DOCUMENTED_MODELS: tuple[type[BaseModel], ...] = (
     DecisionRequestV1, ProblemV1, RunContractV1, OutcomeReportV1, ReviewAskV1,
     BarrierAskV1, ReviewRequestV1, WithdrawRejectionV1, RedeemRequestV1, ActivateV1, ShadowV1,
-    ReplayV1)
+    ReplayV1, BreakGlassRequestV1, AfterReviewRequestV1)
 
 BEARER = "bearerAuth"
 _PROBLEM_REF = {"$ref": "#/components/schemas/ProblemV1"}

@@ -44,7 +44,7 @@ _FORBIDDEN_CODES = {
     "wrong_audience", "tenant_mismatch", "tool_mismatch", "args_mismatch", "unknown_permit",
     "invalid_args",
     # reviews: separation of duties
-    "not_eligible", "self_approval", "previous_approver",
+    "not_eligible", "self_approval", "previous_approver", "break_glass_forbidden",
 }
 
 

@@ -31,7 +31,7 @@ def prepare_permit(
     keyring: Keyring, settings: Settings, *, tenant: str, run_id: str,
     decision_id: str, approval_id: str | None, tool: str, args_hash: str,
     policy: dict[str, str], approvers: list[dict[str, Any]], now: datetime, ttl_s: int,
-    actor: dict[str, Any],
+    actor: dict[str, Any], break_glass: bool = False, standing_id: str | None = None,
 ) -> tuple[dict[str, Any], Event, dict[str, Any]]:
     """Mint a permit without touching the database.
 
@@ -41,7 +41,8 @@ def prepare_permit(
     token, claims = mint_permit(
         keyring, issuer=settings.issuer, audience=settings.audience, tenant=tenant,
         run_id=run_id, decision_id=decision_id, approval_id=approval_id, tool=tool,
-        args_hash=args_hash, policy=policy, approvers=approvers, now=now, ttl_s=ttl_s)
+        args_hash=args_hash, policy=policy, approvers=approvers, now=now, ttl_s=ttl_s,
+        break_glass=break_glass, standing_id=standing_id)
     expires_at = datetime.fromtimestamp(claims.exp, UTC)
     row = {"jti": claims.jti, "tenant": tenant, "decision_id": decision_id,
            "approval_id": approval_id, "run_id": run_id, "tool": tool,
@@ -51,7 +52,9 @@ def prepare_permit(
                   approval_id=approval_id, permit_jti=claims.jti, run_id=run_id, tool=tool,
                   args_hash=args_hash, policy=policy,
                   payload={"exp": claims.exp, "kid": keyring.current_kid,
-                           "approvers": [dict(a) for a in claims.approvers]})
+                           "approvers": [dict(a) for a in claims.approvers],
+                           **({"break_glass": True} if break_glass else {}),
+                           **({"standing_id": standing_id} if standing_id else {})})
     permit = {"token": token, "jti": claims.jti,
               "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
     return permit, event, row
@@ -61,14 +64,14 @@ async def issue(
     conn: AsyncConnection, keyring: Keyring, settings: Settings, *, tenant: str, run_id: str,
     decision_id: str, approval_id: str | None, tool: str, args_hash: str,
     policy: dict[str, str], approvers: list[dict[str, Any]], now: datetime, ttl_s: int,
-    actor: dict[str, Any],
+    actor: dict[str, Any], break_glass: bool = False,
 ) -> tuple[dict[str, Any], Event]:
     """Mint a permit, store its row in the open transaction, and return
     ``({token, jti, expires_at}, permit.minted event)``. ``ttl_s`` in seconds."""
     permit, event, row = prepare_permit(
         keyring, settings, tenant=tenant, run_id=run_id, decision_id=decision_id,
         approval_id=approval_id, tool=tool, args_hash=args_hash, policy=policy,
-        approvers=approvers, now=now, ttl_s=ttl_s, actor=actor)
+        approvers=approvers, now=now, ttl_s=ttl_s, actor=actor, break_glass=break_glass)
     await conn.execute(permits_table.insert(), row)
     return permit, event
 

@@ -26,7 +26,7 @@ from cosigner.db.batch import Write
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
 from cosigner.db.tables import permits as permits_table
-from cosigner.db.tables_approvals import call_inputs, reviews
+from cosigner.db.tables_approvals import approvals, call_inputs, reviews, standing_approvals
 from cosigner.identity.principals import Caller
 from cosigner.permits.ledger import permit_row
 from cosigner.permits.tokens import PermitClaims, check_binding, verify_permit_token
@@ -196,10 +196,21 @@ def refusal_writer(db: Database) -> GroupCommitter[Refusal]:
 async def _counted_roles(conn: AsyncConnection, approval_id: str | None) -> list[str] | None:
     if approval_id is None:
         return None
-    found = (await conn.execute(select(reviews.c.role).where(
+    found = (await conn.execute(select(reviews.c.role).join(
+        approvals, approvals.c.id == reviews.c.approval_id).where(
         reviews.c.approval_id == approval_id, reviews.c.decision == "approved",
-        reviews.c.role.is_not(None)))).scalars().all()
+        reviews.c.role.is_not(None), reviews.c.stage == approvals.c.stage))).scalars().all()
     return [str(role) for role in found]
+
+
+async def _standing_live(deps: AppContext, tenant: str, standing_id: str) -> bool:
+    """The standing approval that allowed the call is not revoked (a revoke wins over
+    permits of it not yet redeemed)."""
+    async with deps.db.read() as conn:
+        revoked = (await conn.execute(select(standing_approvals.c.revoked_at).where(
+            standing_approvals.c.id == standing_id,
+            standing_approvals.c.tenant == tenant))).first()
+    return revoked is not None and revoked.revoked_at is None
 
 
 async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
@@ -241,4 +252,11 @@ async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
     if (result.effect == "require_approval" and result.approval is not None
             and counted is not None and satisfies(result.approval, counted)):
         return
+    if (result.effect == "require_approval" and result.approval is not None
+            and claims.break_glass and result.approval.break_glass):
+        return  # authorised by break-glass, which the current policy still allows
+    if (result.effect == "require_approval" and result.approval is not None
+            and claims.standing_id is not None and result.approval.standing is not None
+            and await _standing_live(deps, tenant, claims.standing_id)):
+        return  # allowed by a standing approval the policy still allows, not revoked
     raise changed

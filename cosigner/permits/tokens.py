@@ -71,6 +71,10 @@ class PermitClaims:
     args_hash: str
     policy: PolicyRef
     approvers: tuple[ApproverRef, ...]
+    #: Authorised by one ``breakglass`` principal, not by the requirement's quorum.
+    break_glass: bool = False
+    #: Allowed by this standing approval (cosigner.approvals.standing), not by a review.
+    standing_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JWT claims set (``approval_id`` omitted when there is none)."""
@@ -82,6 +86,10 @@ class PermitClaims:
             "approvers": [dict(approver) for approver in self.approvers]}
         if self.approval_id is None:
             del claims["approval_id"]
+        if self.break_glass:
+            claims["break_glass"] = True
+        if self.standing_id is not None:
+            claims["standing_id"] = self.standing_id
         return claims
 
 
@@ -101,6 +109,8 @@ def mint_permit(
     now: datetime,
     ttl_s: int,
     jti: str | None = None,
+    break_glass: bool = False,
+    standing_id: str | None = None,
 ) -> tuple[str, PermitClaims]:
     """Sign a permit valid from ``now`` (floored to seconds) for ``ttl_s`` seconds.
 
@@ -135,6 +145,8 @@ def mint_permit(
             _approver_ref(approver, error=ValueError, accept_datetime=True)
             for approver in approvers
         ),
+        break_glass=break_glass,
+        standing_id=standing_id,
     )
     return keyring.sign(claims.to_json(), typ=PERMIT_TYP), claims
 
@@ -239,6 +251,12 @@ def _parse_claims(raw: Mapping[str, Any]) -> PermitClaims:
     approvers = raw.get("approvers")
     if not isinstance(approvers, list):
         raise _malformed("claim 'approvers' missing or not an array")
+    break_glass = raw.get("break_glass", False)
+    if not isinstance(break_glass, bool):
+        raise _malformed("claim 'break_glass' is not a boolean")
+    standing_id = raw.get("standing_id")
+    if standing_id is not None and (not isinstance(standing_id, str) or not standing_id):
+        raise _malformed("claim 'standing_id' is not a string")
     return PermitClaims(
         iss=_str(raw, "iss"),
         aud=_str(raw, "aud"),
@@ -254,4 +272,6 @@ def _parse_claims(raw: Mapping[str, Any]) -> PermitClaims:
         args_hash=_str(raw, "args_hash"),
         policy=_policy_ref(raw.get("policy"), error=_malformed),
         approvers=tuple(_approver_ref(item, error=_malformed) for item in approvers),
+        break_glass=break_glass,
+        standing_id=standing_id,
     )

@@ -61,6 +61,8 @@ def is_met(groups: Sequence[RoleGroup], assignment: dict[str, str]) -> bool:
 
 
 def satisfies(requirement: ApprovalRequirement, counted_roles: Iterable[str]) -> bool:
-    """Would reviews counted for ``counted_roles`` meet ``requirement``? (redeem re-check)"""
+    """Would reviews counted for ``counted_roles`` (of one stage) meet ``requirement`` or
+    one of the stages it escalates to? (redeem re-check)"""
     counted = list(counted_roles)
-    return all(counted.count(g.role) >= g.count for g in requirement.require)
+    return any(all(counted.count(g.role) >= g.count for g in stage.require)
+               for stage in requirement.stages())

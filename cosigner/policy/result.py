@@ -8,7 +8,11 @@ DESIGN invariant 1 and case K04/K05)::
      "reasons": [{"code": str, "message": str} | str, ...],          # optional
      "approval": {"require": [{"role": str, "count": int >= 1}, ...], # require_approval only
                   "timeout_ms": 1..2_592_000_000,
-                  "distinct_from": "initiator" | "previous" | "initiator_and_previous"},
+                  "distinct_from": "initiator" | "previous" | "initiator_and_previous",
+                  "on_expired": {"require": [...], "timeout_ms": ...,     # optional: the
+                                 "distinct_from": ..., "on_expired": ...}, # next stage
+                  "break_glass": bool,                                      # optional, true
+                  "standing": {"max_ttl_s": int >= 1, "max_uses": int >= 1}},  # optional
      "mask": ["/json/pointer", ...],                                    # optional
      "permit_ttl_s": int}                                               # optional, allow only
 """
@@ -27,8 +31,22 @@ DistinctFrom = Literal["initiator", "previous", "initiator_and_previous"]
 EFFECTS: frozenset[str] = frozenset({"allow", "deny", "require_approval"})
 DISTINCT_FROM: frozenset[str] = frozenset({"initiator", "previous", "initiator_and_previous"})
 MAX_TIMEOUT_MS = 2_592_000_000  # 30 days
+#: An escalation chain has at most this many stages (the first one included).
+MAX_STAGES = 3
 _RESULT_KEYS = frozenset({"effect", "reasons", "approval", "mask", "permit_ttl_s"})
-_APPROVAL_KEYS = frozenset({"require", "timeout_ms", "distinct_from"})
+_STAGE_KEYS = frozenset({"require", "timeout_ms", "distinct_from", "on_expired"})
+_APPROVAL_KEYS = _STAGE_KEYS | {"break_glass", "standing"}
+MAX_STANDING_TTL_S = 30 * 86_400
+MAX_STANDING_USES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class StandingRule:
+    """How far an approver may extend an approval to later calls of the same tool:
+    at most ``max_ttl_s`` seconds and ``max_uses`` calls."""
+
+    max_ttl_s: int
+    max_uses: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,18 +68,44 @@ class RoleGroup:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequirement:
-    """What an approval request needs: every group met (AND), ``count`` distinct people each."""
+    """What an approval request needs: every group met (AND), ``count`` distinct people each.
+
+    ``on_expired``: the stage the request escalates to when this one times out (``None``:
+    it expires). ``break_glass``: whether one ``breakglass`` principal may authorise the
+    call alone (stored on the first stage; a later stage inherits it).
+    """
 
     require: tuple[RoleGroup, ...]
     timeout_ms: int
     distinct_from: DistinctFrom
+    on_expired: ApprovalRequirement | None = None
+    break_glass: bool = True
+    standing: StandingRule | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "require": [{"role": g.role, "count": g.count} for g in self.require],
             "timeout_ms": self.timeout_ms,
             "distinct_from": self.distinct_from,
         }
+        if self.on_expired is not None:
+            nxt = self.on_expired.as_dict()
+            nxt.pop("break_glass", None)  # the first stage's settings hold for the chain
+            nxt.pop("standing", None)
+            out["on_expired"] = nxt
+        if not self.break_glass:
+            out["break_glass"] = False
+        if self.standing is not None:
+            out["standing"] = {"max_ttl_s": self.standing.max_ttl_s,
+                               "max_uses": self.standing.max_uses}
+        return out
+
+    def stages(self) -> list[ApprovalRequirement]:
+        """This stage and every stage it may escalate to, in order."""
+        chain: list[ApprovalRequirement] = [self]
+        while chain[-1].on_expired is not None:
+            chain.append(chain[-1].on_expired)
+        return chain
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,15 +127,21 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def parse_requirement(raw: Any) -> ApprovalRequirement:
+def parse_requirement(raw: Any, *, _stage: int = 1,
+                      _break_glass: bool | None = None) -> ApprovalRequirement:
     """Validate an approval requirement object; raises :class:`PolicyError`.
 
     An empty or missing ``require`` list is an error, never "anyone may approve"
     (DESIGN invariant 6, case K15); so is a role that is not an approver role (a built-in
-    ``runtime``/``auditor``/``admin`` role, or a name no principal can hold).
+    ``runtime``/``auditor``/``admin`` role, or a name no principal can hold). Each
+    ``on_expired`` stage is validated the same way; a chain longer than
+    :data:`MAX_STAGES` is an error. ``break_glass`` (a boolean) belongs to the first stage.
     """
-    if not isinstance(raw, dict) or not set(raw) <= _APPROVAL_KEYS:
-        raise PolicyError("approval must be an object with require, timeout_ms, distinct_from")
+    keys = _APPROVAL_KEYS if _stage == 1 else _STAGE_KEYS
+    if not isinstance(raw, dict) or not set(raw) <= keys:
+        where = "approval" if _stage == 1 else f"approval stage {_stage} (on_expired)"
+        raise PolicyError(f"{where} must be an object with require, timeout_ms, "
+                          "distinct_from" + (", on_expired" if _stage < MAX_STAGES else ""))
     groups = raw.get("require")
     if not isinstance(groups, list) or not groups:
         raise PolicyError("approval.require must be a non-empty list of {role, count}")
@@ -116,7 +166,31 @@ def parse_requirement(raw: Any) -> ApprovalRequirement:
     if distinct_from not in DISTINCT_FROM:
         raise PolicyError("approval.distinct_from must be initiator, previous or "
                           "initiator_and_previous")
-    return ApprovalRequirement(tuple(parsed), timeout_ms, distinct_from)
+    break_glass = raw.get("break_glass", True) if _break_glass is None else _break_glass
+    if not isinstance(break_glass, bool):
+        raise PolicyError("approval.break_glass must be true or false")
+    standing = _parse_standing(raw.get("standing"))
+    nxt = raw.get("on_expired")
+    on_expired = None
+    if nxt is not None:
+        if _stage >= MAX_STAGES:
+            raise PolicyError(f"approval.on_expired chains at most {MAX_STAGES} stages")
+        on_expired = parse_requirement(nxt, _stage=_stage + 1, _break_glass=break_glass)
+    return ApprovalRequirement(tuple(parsed), timeout_ms, distinct_from, on_expired,
+                               break_glass, standing)
+
+
+def _parse_standing(raw: Any) -> StandingRule | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != {"max_ttl_s", "max_uses"}:
+        raise PolicyError("approval.standing must be {max_ttl_s, max_uses}")
+    ttl, uses = raw["max_ttl_s"], raw["max_uses"]
+    if not _is_int(ttl) or not 1 <= ttl <= MAX_STANDING_TTL_S:
+        raise PolicyError(f"approval.standing.max_ttl_s must be in 1..{MAX_STANDING_TTL_S}")
+    if not _is_int(uses) or not 1 <= uses <= MAX_STANDING_USES:
+        raise PolicyError(f"approval.standing.max_uses must be in 1..{MAX_STANDING_USES}")
+    return StandingRule(ttl, uses)
 
 
 _DISTINCT_PARTS: dict[str, frozenset[str]] = {

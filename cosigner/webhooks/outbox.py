@@ -19,7 +19,8 @@ from cosigner.core.clock import isoformat
 from cosigner.core.settings import Settings, WebhookTarget
 from cosigner.db.tables_web import webhook_deliveries
 
-EVENT_TYPES = frozenset({"approval.pending", "approval.decided"})
+EVENT_TYPES = frozenset({"approval.pending", "approval.decided", "approval.escalated",
+                         "approval.break_glass"})
 
 
 def targets(settings: Settings, tenant: str) -> list[WebhookTarget]:

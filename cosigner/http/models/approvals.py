@@ -17,8 +17,31 @@ from cosigner.http.models.decisions import (
 )
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
+#: What ``GET /v1/approvals?status=`` filters on: a state, or ``after_review`` (break-glass
+#: authorisations whose mandatory review is still open).
+ApprovalFilter = Literal["pending", "approved", "rejected", "expired", "cancelled",
+                         "after_review"]
 #: Ids we issue (uuid4, hex jti): nothing else can name a row.
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
+
+
+class StandingConstraintV1(Wire):
+    pointer: str = Field(min_length=1, max_length=512, pattern=r"^/",
+                         description="JSON pointer (RFC 6901) into the call's args.")
+    op: Literal["equals", "max", "min"]
+    value: Any = Field(description="equals: any JSON (RFC 8785 equality); max/min: a number.")
+
+
+class StandingGrantV1(Wire):
+    """Extend this approval to later matching calls (bounded by the policy's ``standing``)."""
+
+    scope: Literal["run", "ttl"] = Field(description="run: later calls in this run; ttl: in "
+                                                     "any run, until ttl_s has passed.")
+    ttl_s: int | None = Field(default=None, ge=1, description="At most the policy's "
+                              "max_ttl_s (the default for scope run).")
+    max_uses: int | None = Field(default=None, ge=1,
+                                 description="At most the policy's max_uses (the default).")
+    constraints: list[StandingConstraintV1] = Field(min_length=1, max_length=16)
 
 
 class ReviewRequestV1(Wire):
@@ -28,6 +51,9 @@ class ReviewRequestV1(Wire):
     decision: Literal["approved", "rejected"]
     comment: str = Field(default="", max_length=2000, pattern=TEXT_PATTERN,
                          description="Required (non-blank) when rejecting.")
+    standing: StandingGrantV1 | None = Field(
+        default=None, description="Approve later matching calls too (when the policy's "
+                                  "requirement allows standing approvals).")
 
 
 class ReviewAskV1(Wire):
@@ -63,9 +89,42 @@ class WithdrawRejectionV1(Wire):
     reason: str = Field(min_length=1, max_length=500, pattern=TEXT_PATTERN)
 
 
+class BreakGlassRequestV1(Wire):
+    """A ``breakglass`` principal authorises a pending request alone (who: the credential)."""
+
+    reason: str = Field(min_length=1, max_length=2000, pattern=TEXT_PATTERN,
+                        description="Why; at least break_glass_min_reason_chars characters.")
+
+
+class AfterReviewRequestV1(Wire):
+    """An approver's after-the-fact review of a break-glass authorisation."""
+
+    verdict: Literal["upheld", "objected"]
+    comment: str = Field(min_length=1, max_length=2000, pattern=TEXT_PATTERN)
+
+
+class BreakGlassV1(BaseModel):
+    by: dict[str, Any]
+    reason: str
+    at: str
+
+
+class AfterReviewedV1(BaseModel):
+    by: dict[str, Any]
+    verdict: Literal["upheld", "objected"]
+    comment: str
+    at: str
+
+
 class RoleGroupV1(BaseModel):
     role: str
     count: int
+
+
+class StageV1(BaseModel):
+    require: list[RoleGroupV1]
+    timeout_ms: int
+    distinct_from: Literal["initiator", "previous", "initiator_and_previous"]
 
 
 class GroupProgressV1(BaseModel):
@@ -78,6 +137,7 @@ class ReviewV1(BaseModel):
     subject: str
     decision: Literal["approved", "rejected"]
     role: str | None = Field(description="Group the approval counts for (null: rejection).")
+    stage: int | None = Field(default=None, description="Escalation stage it was given in.")
     comment: str
     at: str
 
@@ -92,6 +152,10 @@ class ApprovalV1(BaseModel):
     distinct_from: Literal["initiator", "previous", "initiator_and_previous"]
     expires_at: str
     review_url: str
+    stage: int | None = Field(default=None, description="Escalation stage (1: the first); "
+                                                        "require/expires_at are this stage's.")
+    on_expired: StageV1 | None = Field(default=None, description="The next stage when this "
+                                       "one times out; null: the request then expires.")
     kind: Literal["policy", "runtime_review", "barrier"] | None = None
     decision_id: str | None = None
     run_id: str | None = None
@@ -114,10 +178,37 @@ class ApprovalV1(BaseModel):
         default=None, description="A program barrier just opened: the requirement the "
         "program asked for, the effective one (raised by the policy), and whether it was "
         "raised.")
+    break_glass: BreakGlassV1 | None = Field(default=None, description="Set when a "
+                                             "breakglass principal authorised it alone.")
+    after_review: Literal["open", "done"] | None = Field(
+        default=None, description="The mandatory review after break-glass: open until an "
+                                  "approver records it.")
+    after_reviewed: AfterReviewedV1 | None = None
     retry_after: int | None = Field(default=None,
                                     description="Seconds before polling again (pending).")
     permit: PermitV1 | None = Field(default=None,
                                     description="Once approved; runtime callers only.")
+
+
+class StandingApprovalV1(BaseModel):
+    id: str
+    approval_id: str
+    tool: str
+    principal_id: str
+    scope: Literal["run", "ttl"]
+    run_id: str | None
+    constraints: list[dict[str, Any]]
+    roles: list[str]
+    max_uses: int
+    uses: int
+    created_by: str
+    created_at: str
+    expires_at: str
+    revoked_at: str | None
+
+
+class StandingApprovalListV1(BaseModel):
+    items: list[StandingApprovalV1]
 
 
 class ApprovalListV1(BaseModel):

@@ -1,7 +1,7 @@
 """shadow-mode decisions: audit_events.mode (issue 18)
 
 Revision ID: 0011_barriers
-Revises: 0009_policy_state
+Revises: 0010_approval_stages
 Create Date: 2026-12-01 03:10:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0011_barriers"
-down_revision: str | Sequence[str] | None = "0009_policy_state"
+down_revision: str | Sequence[str] | None = "0010_approval_stages"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
