@@ -26,7 +26,14 @@ REQUESTS: dict[str, dict[str, Any]] = {
             "args": {**_REFUND_ARGS, "amount_minor": 150000}}},
     "post_review": {
         "approve": {"decision": "approved", "comment": "double charge confirmed"},
-        "reject": {"decision": "rejected", "comment": "not a double charge"}},
+        "reject": {"decision": "rejected", "comment": "not a double charge"},
+        "approve_with_standing": {
+            "decision": "approved", "comment": "ok for this order",
+            "standing": {"scope": "run", "max_uses": 3, "constraints": [
+                {"pointer": "/order_id", "op": "equals", "value": "ord_8472"},
+                {"pointer": "/amount_minor", "op": "max", "value": 200000}]}}},
+    "post_break_glass": {
+        "outage": {"reason": "payment processor outage, refunds must go out now"}},
     "post_withdraw_rejection": {"withdraw": {"reason": "customer sent the bank statement"}},
     "post_redeem": {"redeem": {"permit": "eyJhbGciOiJFZDI1NTE5Iiwia2lkIjoi...",
                                "tool": "issue_refund", "args": _REFUND_ARGS}},
