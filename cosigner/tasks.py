@@ -102,7 +102,8 @@ class Tasks:
         while True:
             await asyncio.sleep(self.ctx.settings.sweep_every_s)
             try:
-                count = await expire_due(self.ctx.db, self.ctx.clock())
+                count = await expire_due(self.ctx.db, self.ctx.clock(),
+                                         settings=self.ctx.settings)
                 if count:
                     log.info("expired %d approval requests", count)
             except CosignerError as exc:  # storage down: try again next round

@@ -129,7 +129,7 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
             continue
         if not is_due(existing, now):
             break
-        events += await expire(conn, existing, now, SYSTEM_ACTOR)  # then open a new one
+        events += await expire(conn, existing, now, SYSTEM_ACTOR, settings)  # then open a new one
     else:
         raise Conflict("a concurrent approval request changed state; retry",
                        code="approval_race")

@@ -28,6 +28,7 @@ from cosigner.audit.chain import Event, append
 from cosigner.core.errors import (
     ApprovalStateError,
 )
+from cosigner.db.tables import permits
 from cosigner.db.tables_approvals import approvals, reviews
 
 if TYPE_CHECKING:
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
     from cosigner.db.database import Database
 
 __all__ = ["STATES", "SYSTEM_ACTOR", "TERMINAL", "TRANSITIONS", "aware", "event", "expire",
-           "expire_due", "expire_if_due", "is_due", "load", "notify", "reviews_of", "transition"]
+           "expire_due", "expire_if_due", "is_due", "load", "notify", "permit_of", "reviews_of",
+           "transition"]
 
 log = logging.getLogger("cosigner.approvals")
 
@@ -101,10 +103,22 @@ async def reviews_of(conn: AsyncConnection, approval_id: str) -> list[Any]:
         .order_by(reviews.c.created_at, reviews.c.id))).all())
 
 
+async def permit_of(conn: AsyncConnection, row: Any) -> Any:
+    """The ledger row of the permit minted when ``row`` was approved, or ``None``."""
+    if row is None or not getattr(row, "permit_jti", None):
+        return None
+    return (await conn.execute(select(permits).where(
+        permits.c.tenant == row.tenant, permits.c.jti == row.permit_jti))).first()
+
+
 async def expire(conn: AsyncConnection, row: Any, now: datetime,
-                  who: dict[str, Any]) -> list[Event]:
+                 who: dict[str, Any], settings: Settings | None) -> list[Event]:
+    """Move a due request to ``expired`` and queue its ``approval.decided`` webhook (every
+    terminal transition notifies; ``settings`` ``None`` only where no receiver can exist)."""
     if not await transition(conn, row, "expired", now=now):
         return []
+    if settings is not None:
+        await notify(conn, settings, row, "approval.decided", now, status="expired")
     return [event("approval.expired", row, who, expires_at=aware(row.expires_at).isoformat())]
 
 
@@ -126,7 +140,8 @@ async def notify(conn: AsyncConnection, settings: Settings, row: Any, event_type
                          approval=approval, now=now)
 
 
-async def expire_due(db: Database, now: datetime, *, limit: int = 500) -> int:
+async def expire_due(db: Database, now: datetime, *, limit: int = 500,
+                     settings: Settings | None = None) -> int:
     """Move pending requests with ``expires_at <= now`` to ``expired``; return how many.
 
     Reads first so an idle sweep takes no write lock. Each expiry is an
@@ -147,7 +162,7 @@ async def expire_due(db: Database, now: datetime, *, limit: int = 500) -> int:
         for item in sorted(due, key=lambda d: (d.tenant, d.id)):
             row = await load(conn, item.tenant, item.id, lock=True)
             if row is not None and is_due(row, now):
-                events = await expire(conn, row, now, SYSTEM_ACTOR)
+                events = await expire(conn, row, now, SYSTEM_ACTOR, settings)
                 by_tenant.setdefault(row.tenant, []).extend(events)
                 count += len(events)
         for tenant in sorted(by_tenant):
@@ -162,4 +177,5 @@ async def expire_if_due(deps: AppContext, tenant: str, approval_id: str) -> None
     async with deps.db.transaction() as conn:
         row = await load(conn, tenant, approval_id, lock=True)
         if row is not None and is_due(row, now):
-            await append(conn, tenant, await expire(conn, row, now, SYSTEM_ACTOR), now=now)
+            await append(conn, tenant, await expire(conn, row, now, SYSTEM_ACTOR,
+                                                      deps.settings), now=now)

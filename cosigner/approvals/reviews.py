@@ -31,6 +31,7 @@ from cosigner.approvals.requests import (
     is_due,
     load,
     notify,
+    permit_of,
     reviews_of,
     transition,
 )
@@ -115,7 +116,8 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
             fresh = await load(conn, caller.tenant, approval_id, lock=False)
             state = view(fresh, await reviews_of(conn, approval_id),
                          public_url=deps.settings.public_url, now=now,
-                         include_permit=caller.has_any("runtime"))
+                         include_permit=caller.has_any("runtime"),
+                         permit_row=await permit_of(conn, fresh))
         await append(conn, caller.tenant, events, now=now)
     if refusal is not None:
         raise refusal
@@ -138,7 +140,7 @@ async def _review_locked(deps: AppContext, conn: AsyncConnection, caller: Caller
         return _refused(row, who, decision, ReviewRefused(
             "you hold none of the roles this request needs", code="not_eligible"))
     if is_due(row, now):
-        expired = await expire(conn, row, now, SYSTEM_ACTOR)
+        expired = await expire(conn, row, now, SYSTEM_ACTOR, deps.settings)
         error, refused = _refused(row, who, decision, ApprovalStateError(
             "the approval request has expired", code="approval_expired"))
         return error, expired + refused
@@ -244,7 +246,7 @@ async def cancel(deps: AppContext, caller: Caller, approval_id: str) -> dict[str
         if row is None:
             raise NotFound("no such approval request")
         if is_due(row, now):
-            events = await expire(conn, row, now, SYSTEM_ACTOR)
+            events = await expire(conn, row, now, SYSTEM_ACTOR, deps.settings)
             error = ApprovalStateError("the approval request has expired",
                                        code="approval_expired")
         elif row.status != "pending":
@@ -253,6 +255,8 @@ async def cancel(deps: AppContext, caller: Caller, approval_id: str) -> dict[str
                                      else "approval_not_pending")
         else:
             await transition(conn, row, "cancelled", now=now)
+            await notify(conn, deps.settings, row, "approval.decided", now, status="cancelled",
+                         decided_by=[caller.subject])
             events = [event("approval.cancelled", row, who)]
         await append(conn, caller.tenant, events, now=now)
         fresh = await load(conn, caller.tenant, approval_id, lock=False)
