@@ -132,7 +132,8 @@ class DecisionPlan:
         # Re-check and count the run contract here: concurrent calls cannot overspend.
         refused = await contracts.check_and_count(
             conn, tenant=self.tenant, run_id=self.run_id, tool=tool, now=self.now,
-            count=response["effect"] != "deny", assumed_none=not self.contract)
+            count=response["effect"] != "deny", assumed_none=not self.contract,
+            args=self.call.args)
         if refused is not None and rejected is None:
             response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
         approval_events: list[Event] = []
