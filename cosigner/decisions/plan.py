@@ -208,6 +208,8 @@ def decision_event(call: Call, response: dict[str, Any], evaluation: Evaluation,
         "context": call.context,
         "eval_us": evaluation.elapsed_us,
     }
+    if evaluation.opa_revisions is not None:
+        payload["opa_revisions"] = evaluation.opa_revisions
     if evaluation.shadow is not None:
         payload["shadow"] = {"policy": evaluation.shadow_policy,
                              "effect": evaluation.shadow.effect,
