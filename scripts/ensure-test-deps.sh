@@ -16,3 +16,8 @@ fi
 if [ ! -f "$(dirname "$0")/../tests/mcp/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" ]; then
   (cd "$(dirname "$0")/../tests/mcp" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# Node's jose, which tests/permits verifies permits with offline (pinned by its lock file;
+# tests/permits/test_offline_verifiers.py runs the same `npm ci` when this was skipped).
+if [ ! -d "$(dirname "$0")/../tests/permits/jose/node_modules/jose" ]; then
+  (cd "$(dirname "$0")/../tests/permits/jose" && npm ci --no-audit --no-fund --loglevel=error)
+fi
