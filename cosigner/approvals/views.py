@@ -49,8 +49,9 @@ def progress_of(row: Any, review_rows: list[Any]) -> list[dict[str, Any]]:
             for g in row.requirement["require"]]
 
 
-#: Permit states after which the token can never be redeemed again and is not shown.
-DEAD_PERMIT = frozenset({"revoked", "expired"})
+#: Permit states in which the token is not handed out any more: a revocation withdrew it
+#: (a redeemed or expired one is still shown, next to its ``permit_status``).
+DEAD_PERMIT = frozenset({"revoked"})
 
 
 def permit_status(permit_row: Any, now: datetime) -> str | None:
@@ -72,9 +73,9 @@ def view(row: Any, review_rows: list[Any], *, public_url: str, now: datetime,
     distinct_from, expires_at, review_url}``. Otherwise the full state adds the call (masked
     args), reviews, ``retry_after`` (s, while pending), ``permit_status`` (the state of the
     permit minted on approval, from ``permit_row``, its ledger row) and, for runtime callers
-    (``include_permit``), the permit once approved, unless it was revoked or has expired:
-    the approval stays ``approved`` (terminal states never change), its dead permit is not
-    handed out as if usable.
+    (``include_permit``), the permit once approved, unless it was revoked: the approval
+    stays ``approved`` (terminal states never change), its revoked permit is not handed out
+    as if usable.
     """
     status = effective_status(row, now)
     state: dict[str, Any] = {

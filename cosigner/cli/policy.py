@@ -114,8 +114,8 @@ async def _test_one(path: Path, settings: Settings, verbose: bool,
 def run_test(args: argparse.Namespace, settings: Settings) -> int:
     """Run every named bundle's tests; exit 1 on a failure, a bundle that fails to load,
     tests that did not run, or no test at all."""
-    opa_url = args.opa_url or settings.opa_url
-    opa_timeout_ms = args.opa_timeout_ms or settings.opa_timeout_ms
+    opa_url = getattr(args, "opa_url", None) or settings.opa_url
+    opa_timeout_ms = getattr(args, "opa_timeout_ms", None) or settings.opa_timeout_ms
 
     async def run() -> tuple[int, int]:
         passed = failed = 0

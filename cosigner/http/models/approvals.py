@@ -88,7 +88,7 @@ class ApprovalV1(BaseModel):
         default=None, description="State of the permit minted on approval (null: none).")
     permit: PermitV1 | None = Field(
         default=None, description="Once approved; runtime callers only; null once the "
-                                  "permit was revoked or has expired (see permit_status).")
+                                  "permit was revoked (see permit_status).")
 
 
 class ApprovalListV1(BaseModel):
