@@ -26,3 +26,8 @@ fi
 if [ ! -f "$(dirname "$0")/../clients/typescript/node_modules/.package-lock.json" ]; then
   (cd "$(dirname "$0")/../clients/typescript" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# Node's jose, which tests/permits verifies permits with offline (pinned by its lock file;
+# tests/permits/test_offline_verifiers.py runs the same `npm ci` when this was skipped).
+if [ ! -d "$(dirname "$0")/../tests/permits/jose/node_modules/jose" ]; then
+  (cd "$(dirname "$0")/../tests/permits/jose" && npm ci --no-audit --no-fund --loglevel=error)
+fi

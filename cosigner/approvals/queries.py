@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from cosigner.approvals import rules as review_rules
-from cosigner.approvals.requests import expire_due, expire_if_due, reviews_of
+from cosigner.approvals.requests import expire_due, expire_if_due, permit_of, reviews_of
 from cosigner.approvals.views import effective_status, view
 from cosigner.core.errors import Forbidden, NotFound
 from cosigner.db.tables_approvals import approvals, reviews
@@ -34,13 +34,14 @@ def _may_read(caller: Caller, row: Any) -> bool:
     return caller.has_any(*_READERS) or bool(caller.roles & needed)
 
 
-async def _read(deps: AppContext, caller: Caller, approval_id: str) -> tuple[Any, list[Any]]:
+async def _read(deps: AppContext, caller: Caller, approval_id: str
+                ) -> tuple[Any, list[Any], Any]:
     async with deps.db.read() as conn:
         row = (await conn.execute(select(approvals).where(
             approvals.c.id == approval_id, approvals.c.tenant == caller.tenant))).first()
         if row is None:
             raise NotFound("no such approval request")
-        return row, await reviews_of(conn, approval_id)
+        return row, await reviews_of(conn, approval_id), await permit_of(conn, row)
 
 
 async def get_state(deps: AppContext, caller: Caller, approval_id: str, *,
@@ -56,16 +57,16 @@ async def get_state(deps: AppContext, caller: Caller, approval_id: str, *,
     """
     deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
     while True:
-        row, rows = await _read(deps, caller, approval_id)
+        row, rows, permit = await _read(deps, caller, approval_id)
         if not _may_read(caller, row):
             raise Forbidden("you may not read this approval request")
         now = deps.clock()
         if row.status == "pending" and effective_status(row, now) == "expired":
             await expire_if_due(deps, caller.tenant, approval_id)
-            row, rows = await _read(deps, caller, approval_id)
+            row, rows, permit = await _read(deps, caller, approval_id)
         if row.status != "pending" or time.monotonic() >= deadline:
             return view(row, rows, public_url=deps.settings.public_url, now=now,
-                        include_permit=caller.has_any("runtime"))
+                        include_permit=caller.has_any("runtime"), permit_row=permit)
         await asyncio.sleep(min(POLL_INTERVAL_S, max(deadline - time.monotonic(), 0.0)))
 
 
@@ -120,7 +121,8 @@ async def list_requests(deps: AppContext, caller: Caller, *, status: str = "pend
                     continue
             out.append(view(row, await reviews_of(conn, row.id),
                             public_url=deps.settings.public_url, now=now,
-                            include_permit=caller.has_any("runtime")))
+                            include_permit=caller.has_any("runtime"),
+                            permit_row=await permit_of(conn, row)))
             if len(out) >= limit:
                 break
     return out

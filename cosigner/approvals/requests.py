@@ -33,6 +33,7 @@ from cosigner.audit.chain import Event, append
 from cosigner.core.errors import (
     ApprovalStateError,
 )
+from cosigner.db.tables import permits
 from cosigner.db.tables_approvals import approvals, reviews
 
 if TYPE_CHECKING:
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
     from cosigner.db.database import Database
 
 __all__ = ["STATES", "SYSTEM_ACTOR", "TERMINAL", "TRANSITIONS", "aware", "event", "expire",
-           "expire_due", "expire_if_due", "is_due", "load", "notify", "reviews_of", "stage_of",
-           "transition"]
+           "expire_due", "expire_if_due", "is_due", "load", "notify", "permit_of", "reviews_of",
+           "stage_of", "transition"]
 
 log = logging.getLogger("cosigner.approvals")
 
@@ -107,6 +108,14 @@ async def reviews_of(conn: AsyncConnection, approval_id: str) -> list[Any]:
         .order_by(reviews.c.created_at, reviews.c.id))).all())
 
 
+async def permit_of(conn: AsyncConnection, row: Any) -> Any:
+    """The ledger row of the permit minted when ``row`` was approved, or ``None``."""
+    if row is None or not getattr(row, "permit_jti", None):
+        return None
+    return (await conn.execute(select(permits).where(
+        permits.c.tenant == row.tenant, permits.c.jti == row.permit_jti))).first()
+
+
 async def expire(conn: AsyncConnection, row: Any, now: datetime, who: dict[str, Any], *,
                  settings: Settings | None = None) -> list[Event]:
     """End every stage of ``row`` that is over at ``now``: escalate to the next stage, or
@@ -120,6 +129,9 @@ async def expire(conn: AsyncConnection, row: Any, now: datetime, who: dict[str, 
             if await transition(conn, row, "expired", now=now):
                 events.append(event("approval.expired", row, who, stage=stage_of(row),
                                     expires_at=aware(row.expires_at).isoformat()))
+                if settings is not None:  # every terminal transition notifies
+                    await notify(conn, settings, row, "approval.decided", now,
+                                 status="expired")
             return events
         stage = stage_of(row)
         # The first stage's break-glass and standing settings hold for the whole chain.

@@ -32,6 +32,7 @@ from cosigner.approvals.requests import (
     is_due,
     load,
     notify,
+    permit_of,
     reviews_of,
     stage_of,
     transition,
@@ -123,7 +124,8 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
             fresh = await load(conn, caller.tenant, approval_id, lock=False)
             state = view(fresh, await reviews_of(conn, approval_id),
                          public_url=deps.settings.public_url, now=now,
-                         include_permit=caller.has_any("runtime"))
+                         include_permit=caller.has_any("runtime"),
+                         permit_row=await permit_of(conn, fresh))
         await append(conn, caller.tenant, events, now=now)
     if refusal is not None:
         raise refusal
@@ -301,6 +303,8 @@ async def cancel(deps: AppContext, caller: Caller, approval_id: str) -> dict[str
                                      else "approval_not_pending")
         else:
             await transition(conn, row, "cancelled", now=now)
+            await notify(conn, deps.settings, row, "approval.decided", now, status="cancelled",
+                         decided_by=[caller.subject])
             events.append(event("approval.cancelled", row, who))
         await append(conn, caller.tenant, events, now=now)
         fresh = await load(conn, caller.tenant, approval_id, lock=False)

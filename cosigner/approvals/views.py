@@ -15,7 +15,8 @@ from typing import Any
 from cosigner.audit.masking import MASK, mask_value
 from cosigner.core.clock import isoformat
 
-__all__ = ["MASK", "display_args", "effective_status", "progress_of", "view"]
+__all__ = ["DEAD_PERMIT", "MASK", "display_args", "effective_status", "permit_status",
+           "progress_of", "view"]
 #: Seconds a client should wait before polling a pending request again.
 RETRY_AFTER_S = 2
 
@@ -54,14 +55,33 @@ def progress_of(row: Any, review_rows: list[Any]) -> list[dict[str, Any]]:
             for g in row.requirement["require"]]
 
 
+#: Permit states in which the token is not handed out any more: a revocation withdrew it
+#: (a redeemed or expired one is still shown, next to its ``permit_status``).
+DEAD_PERMIT = frozenset({"revoked"})
+
+
+def permit_status(permit_row: Any, now: datetime) -> str | None:
+    """The permit's state ``issued | redeemed | revoked | expired`` (an issued permit at
+    ``now >= expires_at`` reads ``expired``, RFC 7519 §4.1.4), or ``None`` without one."""
+    if permit_row is None:
+        return None
+    if permit_row.status == "issued" and now >= _aware(permit_row.expires_at):
+        return "expired"
+    return str(permit_row.status)
+
+
 def view(row: Any, review_rows: list[Any], *, public_url: str, now: datetime,
-         brief: bool = False, include_permit: bool = False) -> dict[str, Any]:
+         brief: bool = False, include_permit: bool = False,
+         permit_row: Any = None) -> dict[str, Any]:
     """The approval object.
 
     ``brief``: the Decision's ``approval`` member ``{id, status, require, progress,
     distinct_from, expires_at, review_url}``. Otherwise the full state adds the call (masked
-    args), reviews, ``retry_after`` (s, while pending) and, for runtime callers
-    (``include_permit``), the permit once approved.
+    args), reviews, ``retry_after`` (s, while pending), ``permit_status`` (the state of the
+    permit minted on approval, from ``permit_row``, its ledger row) and, for runtime callers
+    (``include_permit``), the permit once approved, unless it was revoked: the approval
+    stays ``approved`` (terminal states never change), its revoked permit is not handed out
+    as if usable.
     """
     status = effective_status(row, now)
     state: dict[str, Any] = {
@@ -108,6 +128,8 @@ def view(row: Any, review_rows: list[Any], *, public_url: str, now: datetime,
         "after_review": getattr(row, "after_review", None),
         "after_reviewed": getattr(row, "after_reviewed", None),
         "retry_after": RETRY_AFTER_S if status == "pending" else None,
-        "permit": row.permit if include_permit and status == "approved" else None,
+        "permit_status": permit_status(permit_row, now),
+        "permit": (row.permit if include_permit and status == "approved"
+                   and permit_status(permit_row, now) not in DEAD_PERMIT else None),
     })
     return state

@@ -73,20 +73,28 @@ def _b64(segment: str) -> bytes:
     return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
 
 
-def ed25519_keys(jwks: dict[str, Any]) -> dict[str, Ed25519PublicKey]:
-    """``kid → public key`` for the Ed25519 (OKP) keys of a JWK Set; others are ignored."""
-    keys: dict[str, Ed25519PublicKey] = {}
+#: The JWS ``alg`` names of an Ed25519 key (RFC 9864's, RFC 8037's); one per key.
+_ALGS = ("Ed25519", "EdDSA")
+
+
+def ed25519_keys(jwks: dict[str, Any]) -> dict[str, tuple[Ed25519PublicKey, str]]:
+    """``kid → (public key, its alg)`` for the Ed25519 (OKP) keys of a JWK Set (``alg``
+    ``Ed25519`` when the entry names none); others are ignored."""
+    keys: dict[str, tuple[Ed25519PublicKey, str]] = {}
     for jwk in jwks.get("keys", []) if isinstance(jwks, dict) else []:
         if (isinstance(jwk, dict) and jwk.get("kty") == "OKP" and jwk.get("crv") == "Ed25519"
-                and isinstance(jwk.get("kid"), str) and isinstance(jwk.get("x"), str)):
+                and isinstance(jwk.get("kid"), str) and isinstance(jwk.get("x"), str)
+                and jwk.get("alg", "Ed25519") in _ALGS):
             try:
-                keys[jwk["kid"]] = Ed25519PublicKey.from_public_bytes(_b64(jwk["x"]))
+                keys[jwk["kid"]] = (Ed25519PublicKey.from_public_bytes(_b64(jwk["x"])),
+                                    jwk.get("alg", "Ed25519"))
             except (ValueError, binascii.Error):
                 continue
     return keys
 
 
-def verify_checkpoint_token(token: str, keys: dict[str, Ed25519PublicKey]) -> dict[str, Any]:
+def verify_checkpoint_token(token: str, keys: dict[str, tuple[Ed25519PublicKey, str]]
+                            ) -> dict[str, Any]:
     """The claims of a checkpoint JWS; raises ``ValueError`` naming what failed."""
     parts = token.split(".") if isinstance(token, str) else []
     if len(parts) != 3:
@@ -97,14 +105,17 @@ def verify_checkpoint_token(token: str, keys: dict[str, Ed25519PublicKey]) -> di
         signature = _b64(parts[2])
     except (binascii.Error, ValueError) as exc:
         raise ValueError("undecodable JWS") from exc
-    if not isinstance(header, dict) or header.get("alg") != "Ed25519":
+    if not isinstance(header, dict) or header.get("alg") not in _ALGS:
         raise ValueError("algorithm is not Ed25519")
     if header.get("typ") != CHECKPOINT_TYP:
         raise ValueError("not a checkpoint token")
     kid = header.get("kid")
-    key = keys.get(kid) if isinstance(kid, str) else None
-    if key is None:
+    found = keys.get(kid) if isinstance(kid, str) else None
+    if found is None:
         raise ValueError("kid not in the JWKS")
+    key, alg = found
+    if header["alg"] != alg:  # the key's own alg only (K17)
+        raise ValueError(f"algorithm is not the key's own ({alg})")
     try:
         key.verify(signature, f"{parts[0]}.{parts[1]}".encode())
     except InvalidSignature as exc:
@@ -171,7 +182,7 @@ def _event_seq(record: dict[str, Any]) -> int | None:
     return seq if isinstance(seq, int) else None
 
 
-def _read_checkpoints(lines: Iterable[str], keys: dict[str, Ed25519PublicKey]
+def _read_checkpoints(lines: Iterable[str], keys: dict[str, tuple[Ed25519PublicKey, str]]
                       ) -> tuple[dict[str, Any], dict[int, str]]:
     header: dict[str, Any] | None = None
     signed: dict[int, str] = {}

@@ -3,7 +3,13 @@
 ``policy test`` works like ``opa test``: it loads each bundle folder (or every bundle
 folder under a directory), runs its golden cases and, for Rego bundles, its ``test_``
 rules, prints one PASS/FAIL line each and a summary, and exits 1 on any failure or on a
-bundle that does not load. ``policy reload`` asks a running server to reload from disk
+bundle that does not load. It never reports success for tests that did not run: a
+``cases.yaml`` the manifest does not name, an ``engine = "opa"`` bundle without cases (its
+rules live in OPA, so its cases are its only tests), and a run with no test at all are
+failures. An OPA bundle's cases are evaluated by the OPA at ``--opa-url`` (default
+``COSIGNER_OPA_URL``); when that OPA cannot be reached the command says so and exits 1.
+
+``policy reload`` asks a running server to reload from disk
 (``POST /v1/policies/reload`` with a system operator's API key: role ``operator`` in the
 tenant ``_system``, made with ``cosigner principals add-key --tenant _system --role
 operator``). ``policy replay CANDIDATE_DIR --tenant T`` evaluates a bundle folder on the
@@ -33,6 +39,10 @@ def test_args(p: argparse.ArgumentParser) -> None:
         help="a bundle folder (with manifest.toml) or a folder of bundles",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="print passing lines too")
+    p.add_argument("--opa-url", help="OPA that evaluates engine = \"opa\" bundles' cases "
+                                     "(default: COSIGNER_OPA_URL)")
+    p.add_argument("--opa-timeout-ms", type=int,
+                   help="per-case OPA timeout (default: COSIGNER_OPA_TIMEOUT_MS)")
 
 
 def _bundle_dirs(paths: list[Path]) -> list[Path]:
@@ -47,15 +57,35 @@ def _bundle_dirs(paths: list[Path]) -> list[Path]:
     return found
 
 
-async def _test_one(path: Path, settings: Settings, verbose: bool) -> tuple[int, int]:
+#: A case file that is not run unless the manifest names it.
+CASES_FILE = "cases.yaml"
+
+
+def _not_run(bundle: Any, report: Any, opa_url: str) -> list[str]:
+    """Why tests this bundle holds did not run (each one a failure), see module doc."""
+    problems = []
+    if bundle.manifest.cases is None and CASES_FILE in bundle.files:
+        problems.append(f"{CASES_FILE} is not named in manifest.toml (add "
+                        f'cases = "{CASES_FILE}"): its cases did not run')
+    elif bundle.manifest.engine == "opa" and not report.cases:
+        problems.append("an engine = \"opa\" bundle's rules live in OPA: give it cases "
+                        f"(cases = \"{CASES_FILE}\") to run against the OPA at {opa_url}")
+    down = [r for r in report.cases
+            if any(reason.code == "engine_unavailable" for reason in r.got.reasons)]
+    if down:
+        problems.append(f"OPA at {opa_url} did not answer {len(down)} case(s): start it, or "
+                        "point --opa-url (COSIGNER_OPA_URL) at the OPA serving this policy")
+    return problems
+
+
+async def _test_one(path: Path, settings: Settings, verbose: bool,
+                    opa_url: str, opa_timeout_ms: int) -> tuple[int, int]:
     from cosigner.policy.cases import test_bundle
     from cosigner.policy.store import PolicyStore, engine_factory
 
     store = PolicyStore(
         [],
-        engine_factory=engine_factory(
-            opa_url=settings.opa_url, opa_timeout_ms=settings.opa_timeout_ms
-        ),
+        engine_factory=engine_factory(opa_url=opa_url, opa_timeout_ms=opa_timeout_ms),
     )
     try:
         bundle = store.load_bundle(path)
@@ -70,6 +100,7 @@ async def _test_one(path: Path, settings: Settings, verbose: bool) -> tuple[int,
         (r.passed, r.case.description, r.message) for r in report.cases
     ]
     lines += [(t.passed, t.name, t.message) for t in report.rego_tests]
+    lines += [(False, "not run", problem) for problem in _not_run(bundle, report, opa_url)]
     for passed, name, message in lines:
         if not passed:
             print(f"  FAIL  {name}: {message}")
@@ -83,17 +114,23 @@ async def _test_one(path: Path, settings: Settings, verbose: bool) -> tuple[int,
 
 
 def run_test(args: argparse.Namespace, settings: Settings) -> int:
-    """Run every named bundle's tests; exit 1 on a failure or a bundle that fails to load."""
+    """Run every named bundle's tests; exit 1 on a failure, a bundle that fails to load,
+    tests that did not run, or no test at all."""
+    opa_url = getattr(args, "opa_url", None) or settings.opa_url
+    opa_timeout_ms = getattr(args, "opa_timeout_ms", None) or settings.opa_timeout_ms
 
     async def run() -> tuple[int, int]:
         passed = failed = 0
         for path in _bundle_dirs(args.paths):
-            p, f = await _test_one(path, settings, args.verbose)
+            p, f = await _test_one(path, settings, args.verbose, opa_url, opa_timeout_ms)
             passed, failed = passed + p, failed + f
         return passed, failed
 
     passed, failed = asyncio.run(run())
     print(f"{passed} passed, {failed} failed")
+    if passed + failed == 0:
+        print("error: no tests ran", file=sys.stderr)
+        return 1
     return 1 if failed else 0
 
 

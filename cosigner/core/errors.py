@@ -23,6 +23,7 @@ Tree::
     │   ├── ReviewRefused        self_approval, duplicate_review, not_eligible, ...
     │   ├── OutcomeConflict      outcome_conflict
     │   ├── ContractConflict     contract_conflict    (run contracts never widen)
+    │   ├── RunStarted           run_started          (a contract comes before the first call)
     │   └── SubjectConflict      subject_conflict     (one person, one principal)
     ├── PermitRefused            bad_signature, expired, not_yet_valid, args_mismatch,
     │                            tool_mismatch, tenant_mismatch, already_redeemed,
@@ -129,6 +130,11 @@ class OutcomeConflict(Conflict):
 class ContractConflict(Conflict):
     code = "contract_conflict"
     title = "A different contract is already registered for this run"
+
+
+class RunStarted(Conflict):
+    code = "run_started"
+    title = "The run already has decisions; a contract must be registered before its first call"
 
 
 class SubjectConflict(Conflict):

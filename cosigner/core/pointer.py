@@ -23,3 +23,27 @@ def unescape(segment: str) -> str:
 def join(keys: Iterable[str]) -> str:
     """The pointer of a path of member names / array indices (``""`` for the document)."""
     return "".join("/" + escape(key) for key in keys)
+
+
+_MISSING = object()
+
+
+def resolve(document: object, pointer: str, default: object = None) -> object:
+    """The value ``pointer`` names in ``document`` (RFC 6901 §4), or ``default`` when it
+    names nothing (a missing member, an index out of range or not a number)."""
+    if pointer == "":
+        return document
+    if not pointer.startswith("/"):
+        return default
+    node: object = document
+    for segment in pointer[1:].split("/"):
+        key = unescape(segment)
+        if isinstance(node, dict):
+            node = node.get(key, _MISSING)
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return default
+        if node is _MISSING:
+            return default
+    return node

@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     #: A rotated-in key is published at once and signs only this long after the rotation,
     #: so every replica publishes it first (must exceed ``replica_poll_s``).
     key_activation_delay_s: float = Field(default=2.0, ge=0, le=3600)
+    #: JWS ``alg`` of signing keys created from now on (the first key, each rotation):
+    #: ``Ed25519`` (RFC 9864) or ``EdDSA`` (RFC 8037, for executors whose JOSE library
+    #: lacks ``Ed25519``, e.g. PyJWT). Each key keeps the alg it was created with; the JWKS
+    #: publishes it, and a token is accepted only under its key's own alg.
+    signing_alg: Literal["Ed25519", "EdDSA"] = "Ed25519"
     max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=64 * 1024 * 1024)
     issuer: str = "cosigner"
     audience: str = "cosigner-executor"

@@ -70,6 +70,7 @@ decisions = Table(
     Column("response", JSON, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("tenant", "request_id", name="uq_decisions_tenant_request"),
+    Index("ix_decisions_run", "tenant", "run_id"),
 )
 
 permits = Table(

@@ -191,7 +191,7 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
     # One input document: what the policy evaluates is what redeem re-checks later.
     input_doc = input_document(caller, req, now=isoformat(now), run_state=(
         run_state.as_input() if run_state else None))
-    off_contract = contracts.refusal(run_state, tool_name, now)  # before policy
+    off_contract = contracts.refusal(run_state, tool_name, now, req.args)  # before policy
     if off_contract is not None:
         evaluation = Evaluation(deny(off_contract.code, off_contract.message),
                                 bundle.ref() if bundle else None, bundle)

@@ -151,7 +151,7 @@ class DecisionPlan:
         refused = await contracts.check_and_count(
             conn, tenant=self.tenant, run_id=self.run_id, tool=tool, now=self.now,
             count=response["effect"] != "deny" and not self.call.shadow,
-            assumed_none=not self.contract)
+            assumed_none=not self.contract, args=self.call.args)
         if refused is not None and rejected is None:
             response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
         requirement = self.evaluation.result.approval
@@ -260,6 +260,8 @@ def decision_event(call: Call, response: dict[str, Any], evaluation: Evaluation,
         # so replay (cosigner.policy.replay) rebuilds it from this event.
         "caller_roles": sorted(call.caller.roles),
     }
+    if evaluation.opa_revisions is not None:
+        payload["opa_revisions"] = evaluation.opa_revisions
     if evaluation.shadow is not None:
         payload["shadow"] = {"policy": evaluation.shadow_policy,
                              "effect": evaluation.shadow.effect,

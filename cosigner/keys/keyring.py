@@ -4,10 +4,13 @@ One key signs (the *current* key); retired keys only verify, and stay published 
 until every token they could have signed has expired (``not_after = retired_at + max token
 lifetime``). After that they are dropped from memory and disk.
 
-The JWS algorithm is pinned to ``"Ed25519"`` (RFC 9864, the fully-specified identifier that
-deprecates ``EdDSA``). :meth:`Keyring.verify` reads the protected header itself before any
-library call: the algorithm is compared exactly, ``kid`` is only a dictionary key (never a path,
-never a URL), and nothing in a token chooses how it is verified (case K17).
+The JWS algorithm is pinned per key: ``"Ed25519"`` (RFC 9864, the fully-specified identifier
+that deprecates ``EdDSA``) by default, or ``"EdDSA"`` for keys created with
+``COSIGNER_SIGNING_ALG=EdDSA`` (the same signature, for executors whose library lacks the new
+name); the JWKS says which. :meth:`Keyring.verify` reads the protected header itself before any
+library call: the algorithm is compared exactly with the key's own, ``kid`` is only a
+dictionary key (never a path, never a URL), and nothing in a token chooses how it is verified
+(case K17): a key never accepts both names.
 
 On disk (a key folder, :mod:`cosigner.keys.folder`) or in the database
 (:mod:`cosigner.keys.store`).
@@ -33,7 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
 from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
@@ -42,6 +49,7 @@ from cosigner.core.errors import PermitRefused
 from cosigner.keys.folder import locked, read_key_file, tighten, write_key_file
 from cosigner.keys.material import (
     ALGORITHM,
+    ALGORITHMS,
     Entry,
     KeyInfo,
     KeyringError,
@@ -53,7 +61,7 @@ from cosigner.keys.material import (
     utc,
 )
 
-__all__ = ["ALGORITHM", "KeyInfo", "Keyring", "KeyringError", "MAX_TOKEN_CHARS"]
+__all__ = ["ALGORITHM", "ALGORITHMS", "KeyInfo", "Keyring", "KeyringError", "MAX_TOKEN_CHARS"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +102,12 @@ class Keyring:
     # --- construction -------------------------------------------------------------------
 
     @classmethod
-    def ephemeral(cls, *, now: datetime, max_token_lifetime_s: int = 3600) -> Keyring:
-        """An in-memory keyring with one fresh key; nothing touches the disk."""
+    def ephemeral(cls, *, now: datetime, max_token_lifetime_s: int = 3600,
+                  alg: str = ALGORITHM) -> Keyring:
+        """An in-memory keyring with one fresh key (``alg``); nothing touches the disk."""
         check_lifetime(max_token_lifetime_s)
         key = generate_key()
-        entry = make_entry(key, KeyInfo(kid=key.thumbprint(), created_at=utc(now)))
+        entry = make_entry(key, KeyInfo(kid=key.thumbprint(), created_at=utc(now), alg=alg))
         return cls(
             signing_key=key,
             entries={entry.info.kid: entry},
@@ -223,8 +232,8 @@ class Keyring:
         """
         now = utc(now)
         new_key = generate_key()
-        new_info = KeyInfo(kid=new_key.thumbprint(), created_at=now)
         old_entry = self._entries[self._current_kid]
+        new_info = KeyInfo(kid=new_key.thumbprint(), created_at=now, alg=old_entry.info.alg)
         old_info = retire(old_entry.info, at=now, lifetime=self._max_lifetime)
         if self._key_dir is not None:
             with locked(self._key_dir):
@@ -268,7 +277,8 @@ class Keyring:
     def sign(self, claims: dict[str, Any], *, typ: str) -> str:
         """Compact JWS of ``claims`` (compact JSON) with the current key.
 
-        Protected header: exactly ``{"alg": "Ed25519", "kid": <current kid>, "typ": typ}``.
+        Protected header: exactly ``{"alg": <the key's alg>, "kid": <current kid>, "typ":
+        typ}``.
         """
         # RFC 7515 §7.1 composed here (the signature is cryptography's Ed25519, which is
         # deterministic): joserfc's serialize_compact gives the same bytes, at several
@@ -277,7 +287,7 @@ class Keyring:
         header = self._headers.get((kid, typ))
         if header is None:
             header = self._headers[(kid, typ)] = _b64url(orjson.dumps(
-                {"alg": ALGORITHM, "kid": kid, "typ": typ}))
+                {"alg": self._entries[kid].info.alg, "kid": kid, "typ": typ}))
         signing_input = header + b"." + _b64url(orjson.dumps(claims))
         private = key.private_key
         if not isinstance(private, Ed25519PrivateKey):
@@ -289,9 +299,10 @@ class Keyring:
         """Verify a compact JWS made by this keyring and return its claims.
 
         The header is parsed here, before the JOSE library sees the token: it must hold exactly
-        ``alg``, ``kid`` and ``typ``; ``alg`` must equal ``"Ed25519"``; ``kid`` must name a key
-        held in memory (with ``now``, one still published at ``now``); ``typ`` must equal
-        ``typ``. Only then is the signature checked with that key and that algorithm.
+        ``alg``, ``kid`` and ``typ``; ``kid`` must name a key held in memory (with ``now``, one
+        still published at ``now``); ``alg`` must equal that key's own alg exactly; ``typ``
+        must equal ``typ``. Only then is the signature checked with that key and that
+        algorithm.
 
         Raises:
             PermitRefused: ``malformed_permit`` (not a compact JWS, bad base64url/JSON, duplicate
@@ -307,7 +318,7 @@ class Keyring:
         header = _decode_json_segment(segments[0], what="header")
 
         alg = header.get("alg")
-        if not isinstance(alg, str) or alg != ALGORITHM:
+        if not isinstance(alg, str) or alg not in ALGORITHMS:
             raise PermitRefused("algorithm not accepted", code="bad_signature")
         if header.keys() != _HEADER_MEMBERS:
             raise PermitRefused("unexpected JWS header members", code="malformed_permit")
@@ -317,11 +328,16 @@ class Keyring:
         entry = self._entries.get(kid)
         if entry is None or (now is not None and not is_published(entry, utc(now))):
             raise PermitRefused("signing key is not known", code="unknown_kid")
+        if alg != entry.info.alg:  # pinned per key: never both names for one key (K17)
+            raise PermitRefused("algorithm not accepted for this key", code="bad_signature")
         if header["typ"] != typ:
             raise PermitRefused("token type not accepted here", code="wrong_token_type")
 
+        if alg == "EdDSA":
+            _verify_eddsa(entry.verify_key, segments)
+            return _decode_json_segment(segments[1], what="payload")
         try:
-            jws.deserialize_compact(token, entry.verify_key, algorithms=[ALGORITHM])
+            jws.deserialize_compact(token, entry.verify_key, algorithms=[alg])
         except JoseError as exc:
             raise PermitRefused("signature verification failed", code="bad_signature") from exc
         # Parse the payload segment ourselves, with the same strict JSON rules as the header.
@@ -350,6 +366,21 @@ def _plan(keys: Sequence[tuple[OKPKey, KeyInfo]], now: datetime
     if signer is None:
         raise KeyringError(f"no key with a private part signs at {now.isoformat()}")
     return signer[0], signer[1].kid, entries, min(changes, default=None)
+
+
+def _verify_eddsa(key: OKPKey, segments: list[str]) -> None:
+    """The Ed25519 signature of an ``EdDSA`` token (RFC 8037 §3.1; the same signature as
+    ``Ed25519``), checked with cryptography directly: joserfc warns on the deprecated name."""
+    if not _B64URL.fullmatch(segments[2]):
+        raise PermitRefused("signature is not base64url", code="malformed_permit")
+    public = key.public_key
+    if not isinstance(public, Ed25519PublicKey):
+        raise PermitRefused("signature verification failed", code="bad_signature")
+    try:
+        signature = base64.urlsafe_b64decode(segments[2] + "=" * (-len(segments[2]) % 4))
+        public.verify(signature, f"{segments[0]}.{segments[1]}".encode("ascii"))
+    except (binascii.Error, InvalidSignature, UnicodeEncodeError) as exc:
+        raise PermitRefused("signature verification failed", code="bad_signature") from exc
 
 
 def _b64url(data: bytes) -> bytes:

@@ -16,7 +16,12 @@ from datetime import UTC, datetime, timedelta
 from joserfc.jwk import OKPKey
 
 ALGORITHM = "Ed25519"
-"""The only JWS ``alg`` a keyring signs or accepts (RFC 9864)."""
+"""The default JWS ``alg`` of a key (RFC 9864's fully specified identifier)."""
+ALGORITHMS = ("Ed25519", "EdDSA")
+"""The ``alg`` a key may be created with: the same Ed25519 signature under RFC 9864's name or
+under RFC 8037's ``EdDSA``, for executors whose JOSE library knows only that one (PyJWT).
+Each key has exactly one, fixed at creation and published in the JWKS; a token is accepted
+only under its key's own ``alg`` (case K17)."""
 
 
 class KeyringError(RuntimeError):
@@ -38,6 +43,12 @@ class KeyInfo:
     activates_at: datetime | None = None
     """From this instant the key may sign (None: from ``created_at``). It is published
     before, so every verifier knows it before the first token it signs exists."""
+    alg: str = ALGORITHM
+    """The one JWS ``alg`` this key signs and verifies under (:data:`ALGORITHMS`)."""
+
+    def __post_init__(self) -> None:
+        if self.alg not in ALGORITHMS:
+            raise KeyringError(f"key {self.kid}: alg must be one of {ALGORITHMS}")
 
     @property
     def signs_from(self) -> datetime:
@@ -85,7 +96,7 @@ def make_entry(key: OKPKey, info: KeyInfo) -> Entry:
         "crv": "Ed25519",
         "x": str(public["x"]),
         "kid": info.kid,
-        "alg": ALGORITHM,
+        "alg": info.alg,
         "use": "sig",
     }
     return Entry(info=info, verify_key=verify_key, public_jwk=jwk)

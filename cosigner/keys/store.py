@@ -42,7 +42,7 @@ from cosigner.db import generations
 from cosigner.db.database import Database
 from cosigner.db.tables_keys import signing_keys
 from cosigner.keys.folder import read_key_folder
-from cosigner.keys.keyring import KeyInfo, Keyring, KeyringError
+from cosigner.keys.keyring import ALGORITHM, KeyInfo, Keyring, KeyringError
 
 __all__ = ["KEK_FILE", "KeyStore", "KeyringFollower", "Rotation", "load_kek", "open_keyring"]
 
@@ -115,8 +115,11 @@ class KeyStore:
     """Reads and writes the keyring rows; decrypted private keys are kept by kid."""
 
     def __init__(self, db: Database, *, kek: bytes, max_token_lifetime_s: int,
-                 activation_delay_s: float, key_dir: Path | None = None) -> None:
+                 activation_delay_s: float, key_dir: Path | None = None,
+                 alg: str = ALGORITHM) -> None:
+        """``alg``: the JWS alg of keys created from now on (existing keys keep theirs)."""
         self._db = db
+        self._alg = alg
         self._kek = kek
         self._lifetime = timedelta(seconds=max_token_lifetime_s)
         self._delay = timedelta(seconds=activation_delay_s)
@@ -142,7 +145,8 @@ class KeyStore:
                 await self._import_files(conn, now)
             keys = await self._read(conn)
             if not any(key.is_private and info.signs_at(now) for key, info in keys):
-                await self._insert(conn, _new_key(), created_at=now, activates_at=now)
+                await self._insert(conn, _new_key(), created_at=now, activates_at=now,
+                                   alg=self._alg)
                 await generations.bump(conn, generations.SIGNING_KEYS)
             await self._prune(conn, now)
             keys = await self._read(conn)
@@ -176,7 +180,8 @@ class KeyStore:
                                        .values(retired_at=activates_at,
                                                not_after=self._not_after(activates_at)))
             new_key = _new_key()
-            await self._insert(conn, new_key, created_at=now, activates_at=activates_at)
+            await self._insert(conn, new_key, created_at=now, activates_at=activates_at,
+                               alg=self._alg)
             await self._prune(conn, now)
             await generations.bump(conn, generations.SIGNING_KEYS)
         return Rotation(old_kid=old.kid, new_kid=new_key.thumbprint(),
@@ -187,7 +192,7 @@ class KeyStore:
 
     async def _insert(self, conn: AsyncConnection, key: OKPKey, *, created_at: datetime,
                       activates_at: datetime, retired_at: datetime | None = None,
-                      not_after: datetime | None = None) -> None:
+                      not_after: datetime | None = None, alg: str = ALGORITHM) -> None:
         kid = key.thumbprint()
         sealed = None
         if key.is_private and retired_at is None:
@@ -196,7 +201,7 @@ class KeyStore:
         await conn.execute(signing_keys.insert().values(
             kid=kid, x=str(key.as_dict(private=False)["x"]), private_sealed=sealed,
             created_at=created_at, activates_at=activates_at, retired_at=retired_at,
-            not_after=not_after))
+            not_after=not_after, alg=alg))
 
     async def _import_files(self, conn: AsyncConnection, now: datetime) -> None:
         assert self._key_dir is not None
@@ -232,7 +237,7 @@ class KeyStore:
             info = KeyInfo(kid=row.kid, created_at=_aware(row.created_at),
                            activates_at=_aware(row.activates_at),
                            retired_at=_aware_or_none(row.retired_at),
-                           not_after=_aware_or_none(row.not_after))
+                           not_after=_aware_or_none(row.not_after), alg=row.alg)
             result.append((self._key_of(row.kid, row.x, row.private_sealed), info))
         return result
 
@@ -303,7 +308,7 @@ async def open_keyring(db: Database, settings: Settings, *, now: datetime
     """The database keyring for ``settings`` (what serve and the CLI use)."""
     store = KeyStore(db, kek=load_kek(settings), max_token_lifetime_s=settings.max_permit_ttl_s,
                      activation_delay_s=settings.key_activation_delay_s,
-                     key_dir=settings.key_dir)
+                     key_dir=settings.key_dir, alg=settings.signing_alg)
     return store, await store.open(now=now)
 
 

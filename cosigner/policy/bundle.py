@@ -12,6 +12,9 @@ manifest.toml::
     entrypoint = "decide"          # python: function in rules.py; rego/opa: data.<path>
     tenants = ["*"]                # tenants that use it; "*" = every tenant without its own
     cases = "cases.yaml"           # optional golden cases (description / input / want)
+    [opa]                          # engine = "opa" only: which OPA bundle serves the rule
+    bundle = "refunds"             # its revision (OPA provenance) goes into every record
+    require_revision = true        # deny policy_error when OPA does not report it
     [review]                       # optional: requirement for runtime-requested reviews
     require = [{ role = "finance", count = 1 }]
     timeout_ms = 1800000
@@ -31,7 +34,8 @@ from cosigner.policy.result import ApprovalRequirement, parse_requirement
 
 _IGNORED_DIRS = {"__pycache__", ".pytest_cache"}
 _MANIFEST_KEYS = {"id", "version", "engine", "entrypoint", "tenants", "cases", "review",
-                  "catalogue", "shadow_of", "description"}
+                  "catalogue", "shadow_of", "description", "opa"}
+_OPA_KEYS = {"bundle", "require_revision"}
 
 
 class Engine(Protocol):
@@ -54,6 +58,10 @@ class Manifest:
     cases: str | None = None
     review: ApprovalRequirement | None = None
     catalogue: str | None = None
+    #: ``engine = "opa"``: the OPA bundle whose revision is recorded (``None``: every
+    #: bundle OPA reports), and whether a decision needs it (else ``policy_error``).
+    opa_bundle: str | None = None
+    opa_require_revision: bool = False
 
 
 @dataclass
@@ -132,8 +140,19 @@ def parse_manifest(raw: bytes, *, where: str) -> Manifest:
         except PolicyError as exc:
             raise PolicyError(f"{where}: [review] {exc.detail}",
                               code="policy_load_failed") from exc
+    opa = data.get("opa", {})
+    if "opa" in data and data["engine"] != "opa":
+        raise PolicyError(f"{where}: [opa] is for engine = \"opa\" only",
+                          code="policy_load_failed")
+    if (not isinstance(opa, dict) or not set(opa) <= _OPA_KEYS
+            or not isinstance(opa.get("bundle", ""), str)
+            or not isinstance(opa.get("require_revision", False), bool)):
+        raise PolicyError(f"{where}: [opa] takes bundle (a string) and require_revision "
+                          "(a boolean)", code="policy_load_failed")
     return Manifest(
         id=data["id"], version=data["version"], engine=data["engine"],
         entrypoint=data["entrypoint"], tenants=tuple(tenants), cases=data.get("cases"),
         review=review, catalogue=data.get("catalogue"),
+        opa_bundle=opa.get("bundle") or None,
+        opa_require_revision=opa.get("require_revision", False),
     )

@@ -20,6 +20,17 @@ Faults (translated here and nowhere else, STYLE habit 5):
 
 Any other ``result`` is returned raw and the store validates it: only the documented
 result object allows; ``{"allowed": true}``, ``"true"``, ``1``, ``[]`` all deny (K05).
+
+What OPA evaluated: every query asks ``?provenance=true``, and OPA answers with
+``"provenance": {"version", "build_commit", ..., "bundles": {<name>: {"revision": ...}}}``
+(https://www.openpolicyagent.org/docs/rest-api#provenance; ``bundles`` lists the bundles
+OPA has activated and the ``revision`` of each bundle's ``.manifest``). The revisions go
+back with the result (:meth:`OpaEngine.evaluate_traced`) and into the decision's recorded
+revision (:func:`cosigner.policy.store.run_bundle_traced`), so a policy changed inside OPA
+shows in every record. The manifest's ``[opa] bundle`` names the one bundle that matters
+(otherwise every reported bundle counts); with ``require_revision = true`` an answer that
+does not carry it (policies pushed through OPA's Policy API, a bundle without a revision)
+is ``policy_error``. Without it such an answer is recorded with no OPA revision.
 """
 
 from __future__ import annotations
@@ -52,7 +63,8 @@ class OpaEngine:
     """Evaluate a rule on a remote OPA server (one per bundle revision)."""
 
     def __init__(
-        self, *, url: str = DEFAULT_OPA_URL, entrypoint: str, timeout_ms: int = DEFAULT_TIMEOUT_MS
+        self, *, url: str = DEFAULT_OPA_URL, entrypoint: str, timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        opa_bundle: str | None = None, require_revision: bool = False,
     ) -> None:
         parts = urlsplit(url)
         if (
@@ -71,12 +83,16 @@ class OpaEngine:
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._ssl = parts.scheme == "https"
         self._clients: dict[asyncio.AbstractEventLoop, AsyncOpaClient] = {}
+        self.opa_bundle = opa_bundle
+        self.require_revision = require_revision
 
     @classmethod
     def from_manifest(
         cls, manifest: Any, *, url: str = DEFAULT_OPA_URL, timeout_ms: int = DEFAULT_TIMEOUT_MS
     ) -> OpaEngine:
-        return cls(url=url, entrypoint=manifest.entrypoint, timeout_ms=timeout_ms)
+        return cls(url=url, entrypoint=manifest.entrypoint, timeout_ms=timeout_ms,
+                   opa_bundle=manifest.opa_bundle,
+                   require_revision=manifest.opa_require_revision)
 
     async def _client(self) -> AsyncOpaClient:
         loop = asyncio.get_running_loop()
@@ -98,16 +114,26 @@ class OpaEngine:
             await client.close_connection()
 
     async def evaluate(self, input_doc: dict[str, Any]) -> Any:
-        """The rule's value for ``input_doc``, or ``None`` when OPA says undefined.
+        """The rule's value for ``input_doc``, or ``None`` when OPA says undefined (see
+        :meth:`evaluate_traced`, which also returns what OPA evaluated)."""
+        return (await self.evaluate_traced(input_doc))[0]
+
+    async def evaluate_traced(self, input_doc: dict[str, Any]
+                              ) -> tuple[Any, dict[str, str] | None]:
+        """``(value, revisions)``: the rule's value (``None`` when undefined) and the
+        revisions OPA reports for the bundles it evaluated (``{name: revision}``, ``None``
+        when it reports none; see module doc).
 
         Raises:
             Unavailable: ``engine_unavailable`` (down, timeout, 5xx).
-            PolicyError: ``policy_error`` (4xx, a body that is not an object, null result).
+            PolicyError: ``policy_error`` (4xx, a body that is not an object, null result,
+                a required revision missing).
         """
         try:
             async with asyncio.timeout(self.timeout_s):
                 client = await self._client()
-                body = await client.query_rule(input_doc, self.path)
+                body = await client.query_rule(input_doc, self.path,
+                                               query_params={"provenance": "true"})
         except TimeoutError as exc:
             raise Unavailable(
                 f"OPA at {self.url} did not answer within {int(self.timeout_s * 1000)} ms",
@@ -129,8 +155,27 @@ class OpaEngine:
             raise PolicyError("OPA answered a body that is not JSON") from exc
         if not isinstance(body, dict):
             raise PolicyError(f"OPA answered a {type(body).__name__}, not a JSON object")
+        revisions = reported_revisions(body.get("provenance"), self.opa_bundle)
+        if revisions is None and self.require_revision:
+            which = f"bundle {self.opa_bundle!r}" if self.opa_bundle else "any bundle"
+            raise PolicyError(f"OPA did not report the revision of {which}; the bundle "
+                              "requires it ([opa] require_revision)")
         if "result" not in body:
-            return None
+            return None, revisions
         if body["result"] is None:
             raise PolicyError("OPA result is null")
-        return body["result"]
+        return body["result"], revisions
+
+
+def reported_revisions(provenance: Any, bundle: str | None) -> dict[str, str] | None:
+    """``{name: revision}`` from OPA's ``provenance.bundles`` (non-empty revisions only),
+    restricted to ``bundle`` when named; ``None`` when nothing is reported."""
+    bundles = provenance.get("bundles") if isinstance(provenance, dict) else None
+    if not isinstance(bundles, dict):
+        return None
+    found = {name: info["revision"] for name, info in bundles.items()
+             if isinstance(name, str) and isinstance(info, dict)
+             and isinstance(info.get("revision"), str) and info["revision"]}
+    if bundle is not None:
+        found = {bundle: found[bundle]} if bundle in found else {}
+    return dict(sorted(found.items())) or None

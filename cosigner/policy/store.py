@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.errors import CosignerError, PolicyError, Unavailable
 from cosigner.policy.bundle import Bundle, Engine, parse_manifest, read_files, revision_of
 from cosigner.policy.python_engine import PythonEngine
@@ -51,6 +52,9 @@ class Evaluation:
     shadow: PolicyResult | None = None
     shadow_policy: dict[str, str] | None = None
     elapsed_us: int = 0
+    #: Remote OPA: the bundle revisions OPA reported for this evaluation (recorded in the
+    #: decision event; ``policy.revision`` already digests them).
+    opa_revisions: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -291,30 +295,59 @@ class PolicyStore:
                       else "no policy bundle is loaded for this tenant")
             return Evaluation(deny("policy_not_loaded", detail), None, None)
         started = time.perf_counter()
-        result = await run_bundle(bundle, input_doc)
+        result, ref, opa = await run_bundle_traced(bundle, input_doc)
         elapsed = int((time.perf_counter() - started) * 1e6)
         shadow_bundle = snap.shadow_bundle(bundle.id)
-        shadow = await run_bundle(shadow_bundle, input_doc) if shadow_bundle else None
-        return Evaluation(result, bundle.ref(), bundle, shadow,
-                          shadow_bundle.ref() if shadow_bundle else None, elapsed)
+        shadow, shadow_ref = None, None
+        if shadow_bundle is not None:
+            shadow, shadow_ref, _ = await run_bundle_traced(shadow_bundle, input_doc)
+        return Evaluation(result, ref, bundle, shadow, shadow_ref, elapsed, opa)
+
+
+def evaluated_ref(bundle: Bundle, opa_revisions: dict[str, str] | None) -> dict[str, str]:
+    """The ``{id, version, revision}`` of what was evaluated: the bundle's own digest, or
+    for a remote OPA that reported revisions, ``sha256`` over the canonical JSON of
+    ``{"bundle": <digest>, "opa": {name: revision}}`` (a change inside OPA changes it)."""
+    ref = bundle.ref()
+    if opa_revisions:
+        ref["revision"] = hash_bytes(canonicalize(
+            {"bundle": bundle.revision, "opa": opa_revisions}))
+    return ref
 
 
 async def run_bundle(bundle: Bundle, input_doc: dict[str, Any]) -> PolicyResult:
     """Evaluate one bundle and validate the result; every fault becomes a ``deny``."""
+    return (await run_bundle_traced(bundle, input_doc))[0]
+
+
+async def run_bundle_traced(bundle: Bundle, input_doc: dict[str, Any]
+                            ) -> tuple[PolicyResult, dict[str, str], dict[str, str] | None]:
+    """``(result, policy ref, OPA revisions)`` of one evaluation (:func:`run_bundle`,
+    :func:`evaluated_ref`)."""
+    revisions: dict[str, str] | None = None
+    traced = getattr(bundle.engine, "evaluate_traced", None)
     try:
-        raw = await bundle.engine.evaluate(input_doc)
+        if traced is not None:
+            raw, revisions = await traced(input_doc)
+        else:
+            raw = await bundle.engine.evaluate(input_doc)
+        result = _validated(bundle, raw)
     except Unavailable as exc:
         log.error("policy engine unavailable for bundle %s@%s: %s", bundle.id,
                   bundle.version, exc.detail)
-        return deny(exc.code, exc.detail)
+        return deny(exc.code, exc.detail), bundle.ref(), None
     except CosignerError as exc:
         log.error("policy error in bundle %s@%s: %s", bundle.id, bundle.version, exc.detail)
         return deny(exc.code if exc.code in {"undefined", "policy_error"} else "policy_error",
-                    exc.detail)
+                    exc.detail), bundle.ref(), None
     except Exception as exc:  # rule code is operator-written: any fault denies
         log.error("policy rule raised in bundle %s@%s: %s: %s", bundle.id, bundle.version,
                   type(exc).__name__, exc)
-        return deny("policy_error", f"rule raised {type(exc).__name__}")
+        return deny("policy_error", f"rule raised {type(exc).__name__}"), bundle.ref(), None
+    return result, evaluated_ref(bundle, revisions), revisions
+
+
+def _validated(bundle: Bundle, raw: Any) -> PolicyResult:
     if raw is None:
         return deny("undefined", "the policy gave no decision for this input")
     try:

@@ -4,19 +4,30 @@ A trusted runtime registers a contract at the start of a run (DESIGN § Run cont
 ``allowed_tools``, per-tool call limits (``tool_limits``), a budget (``max_tool_calls``,
 ``max_cost`` in minor units) and a ``deadline`` (RFC 3339, UTC). A contract cannot be
 widened once set: registering the identical contract again is idempotent, any other one
-is refused (``contract_conflict``).
+is refused (``contract_conflict``). A contract comes before the run's first call: once any
+decision of the run is recorded, registering one is refused (``run_started``, 409) rather
+than leaving earlier calls uncounted; start a new run id instead.
 
 Each decision of the run is checked against the contract before policy and counted in
 the same write transaction as the decision (:func:`check_and_count`): SQLite's
 ``BEGIN IMMEDIATE`` serialises writers, PostgreSQL locks the run row ``FOR UPDATE``, so
 concurrent calls in one run can never overspend. A call is counted when its decision is
 ``allow`` or ``require_approval``; costs are counted from outcome reports
-(:func:`add_cost`). Refusals, in check order:
+(:func:`add_cost`), so by default ``max_cost`` is enforced after the fact: a call is refused
+once the reported costs reach the budget, and the call that crosses it is not known in
+advance. A contract may name, per tool, the argument that declares the call's expected cost
+(``cost_args``: tool → RFC 6901 pointer into the arguments, an integer in minor units); such
+a call is refused when ``reported + expected > max_cost``, and denied ``cost_undeclared``
+when the argument is missing or not a non-negative integer. The check is against costs
+reported so far: calls allowed but not yet reported are not reserved. Refusals, in check
+order:
 
 * ``deadline_passed`` — ``now >= deadline`` (expiry wins at the instant, as for approvals);
 * ``outside_contract`` — the tool is not in ``allowed_tools``;
-* ``budget_exhausted`` — ``max_tool_calls`` reached, ``max_cost`` reached, or the tool's
-  own limit reached.
+* ``budget_exhausted`` — ``max_tool_calls`` reached, ``max_cost`` reached (or would be
+  exceeded by the call's declared cost), or the tool's own limit reached;
+* ``cost_undeclared`` — the contract names a cost argument for the tool and the call's
+  arguments do not carry a non-negative integer there.
 """
 
 from __future__ import annotations
@@ -31,8 +42,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.audit.chain import Event, append
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
-from cosigner.core.errors import ContractConflict, InvalidRequest, NotFound, Unavailable
+from cosigner.core.errors import (
+    ContractConflict,
+    InvalidRequest,
+    NotFound,
+    RunStarted,
+    Unavailable,
+)
+from cosigner.core.pointer import resolve
 from cosigner.db.database import Database, UniqueViolation
+from cosigner.db.tables import decisions
 from cosigner.db.tables_runs import runs
 from cosigner.identity.principals import Caller
 from cosigner.policy.result import Reason
@@ -112,6 +131,16 @@ def normalise_contract(raw: dict[str, Any]) -> tuple[dict[str, Any], datetime | 
             raise InvalidRequest(f"tool_limits names tools not in allowed_tools: {stray}",
                                  code="invalid_contract")
     budget = raw.get("budget") or {}
+    cost_args = dict(sorted((raw.get("cost_args") or {}).items()))
+    if tools is not None:
+        stray = sorted(set(cost_args) - set(tools))
+        if stray:
+            raise InvalidRequest(f"cost_args names tools not in allowed_tools: {stray}",
+                                 code="invalid_contract")
+    bad = sorted(tool for tool, ptr in cost_args.items() if not ptr.startswith("/"))
+    if bad:
+        raise InvalidRequest(f"cost_args must be JSON pointers (RFC 6901) into the "
+                             f"arguments, e.g. /amount_minor: {bad}", code="invalid_contract")
     deadline = _parse_deadline(raw.get("deadline"))
     contract = {
         "allowed_tools": tools,
@@ -120,6 +149,8 @@ def normalise_contract(raw: dict[str, Any]) -> tuple[dict[str, Any], datetime | 
                    "max_cost": budget.get("max_cost")},
         "deadline": isoformat(deadline) if deadline else None,
     }
+    if cost_args:  # only when used: contracts registered before it keep their hash
+        contract["cost_args"] = cost_args
     return contract, deadline
 
 
@@ -136,8 +167,10 @@ def _parse_deadline(value: str | None) -> datetime | None:
     return moment.astimezone(UTC)
 
 
-def refusal(state: RunState | None, tool: str, now: datetime) -> Reason | None:
-    """Why ``tool`` may not be called now in this run, or ``None`` (pure; see module doc)."""
+def refusal(state: RunState | None, tool: str, now: datetime,
+            args: Any = None) -> Reason | None:
+    """Why ``tool`` may not be called now with ``args`` in this run, or ``None`` (pure; see
+    module doc)."""
     if state is None:
         return None
     contract = state.contract
@@ -153,6 +186,15 @@ def refusal(state: RunState | None, tool: str, now: datetime) -> Reason | None:
     max_cost = budget.get("max_cost")
     if max_cost is not None and state.cost_minor >= max_cost:
         return Reason("budget_exhausted", f"the run spent its budget of {max_cost} minor units")
+    cost_arg = (contract.get("cost_args") or {}).get(tool)
+    if cost_arg is not None:
+        expected = resolve(args, cost_arg)
+        if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+            return Reason("cost_undeclared", f"{tool} must declare its cost as a "
+                          f"non-negative integer at {cost_arg}")
+        if max_cost is not None and state.cost_minor + expected > max_cost:
+            return Reason("budget_exhausted", f"this call's {expected} minor units would "
+                          f"exceed the run's budget of {max_cost} ({state.cost_minor} spent)")
     limit = (contract.get("tool_limits") or {}).get(tool)
     if limit is not None and state.tool_counts.get(tool, 0) >= limit:
         return Reason("budget_exhausted", f"the run used its {limit} calls of {tool}")
@@ -203,8 +245,8 @@ async def contracted(conn: AsyncConnection, pairs: set[tuple[str, str]]
 
 
 async def check_and_count(conn: AsyncConnection, *, tenant: str, run_id: str, tool: str,
-                          now: datetime, count: bool, assumed_none: bool = False
-                          ) -> Reason | None:
+                          now: datetime, count: bool, assumed_none: bool = False,
+                          args: Any = None) -> Reason | None:
     """Re-check the contract inside the decision's write transaction and count the call.
 
     Returns the refusal reason (nothing counted) or ``None``; when ``count`` is true the
@@ -217,7 +259,7 @@ async def check_and_count(conn: AsyncConnection, *, tenant: str, run_id: str, to
     state = await load(conn, tenant, run_id, for_update=True)
     if state is not None and assumed_none:
         raise RunContractFound("the run has a contract; decide again with it")
-    reason = refusal(state, tool, now)
+    reason = refusal(state, tool, now, args)
     if state is None or reason is not None or not count:
         return reason
     counts = dict(state.tool_counts)
@@ -250,7 +292,8 @@ async def register_contract(db: Database, caller: Caller, raw: dict[str, Any], *
 
     Returns ``(Run v1 object, created)``: ``created`` is false when the identical contract
     was already registered (idempotent). Raises :class:`ContractConflict` (409) when a
-    different contract exists, :class:`InvalidRequest` (422) for an invalid contract,
+    different contract exists, :class:`RunStarted` (409 ``run_started``) when the run
+    already has a decision, :class:`InvalidRequest` (422) for an invalid contract,
     ``Unavailable`` (503) when it cannot be recorded.
     """
     run_id = raw["run_id"]
@@ -264,6 +307,14 @@ async def register_contract(db: Database, caller: Caller, raw: dict[str, Any], *
         async with db.transaction() as conn:
             existing = await load(conn, caller.tenant, run_id)
             if existing is None:
+                started = (await conn.execute(
+                    select(decisions.c.id).where(decisions.c.tenant == caller.tenant,
+                                                 decisions.c.run_id == run_id).limit(1)
+                )).first()
+                if started is not None:
+                    raise RunStarted("the run already has decisions; register its contract "
+                                     "before its first call, or start a new run",
+                                     run_id=run_id)
                 await conn.execute(runs.insert().values(
                     tenant=caller.tenant, run_id=run_id, contract=contract,
                     contract_hash=digest, deadline=deadline, tool_calls=0, cost_minor=0,

@@ -164,3 +164,29 @@ def test_reformatted_lines_are_checked_by_canonical_form(export: Export) -> None
     record["body"]["effect"] = "forged"
     lines[at] = json.dumps(record, separators=(", ", ": ")) + "\n"
     assert (check(lines, keys).fault, check(lines, keys).bad_seq) == ("edited", 3)
+
+
+@pytest.mark.parametrize(("own", "other"), [("Ed25519", "EdDSA"), ("EdDSA", "Ed25519")])
+def test_K17_checkpoints_verify_offline_under_their_keys_own_alg(own: str, other: str) -> None:
+    import base64
+    from datetime import UTC, datetime
+
+    from cosigner.audit.checkpoints import CHECKPOINT_TYP, sign_checkpoint
+    from cosigner.audit.verify import ed25519_keys, verify_checkpoint_token
+    from cosigner.keys.keyring import Keyring
+
+    now = datetime.now(UTC)
+    keyring = Keyring.ephemeral(now=now, alg=own)
+    keys = ed25519_keys(keyring.jwks(now=now))
+    checkpoint = sign_checkpoint(keyring, tenant="t", seq=1, hash_="sha256:" + "0" * 64,
+                                 at=now)
+    assert verify_checkpoint_token(checkpoint.token, keys)["seq"] == 1
+    head, body, _ = checkpoint.token.split(".")
+    renamed_head = base64.urlsafe_b64encode(json.dumps(
+        {"alg": other, "kid": keyring.current_kid, "typ": CHECKPOINT_TYP}).encode()
+    ).rstrip(b"=").decode()
+    private = keyring._signing_key.private_key
+    signature = base64.urlsafe_b64encode(private.sign(f"{renamed_head}.{body}".encode())
+                                         ).rstrip(b"=").decode()
+    with pytest.raises(ValueError, match="key's own"):
+        verify_checkpoint_token(f"{renamed_head}.{body}.{signature}", keys)

@@ -462,3 +462,31 @@ def test_k10_truncated_or_empty_signature_refused() -> None:
     for signature in ["", signature_b64[:-4], "A" * 86]:
         token = f"{header_b64}.{payload_b64}.{signature}"
         assert refused_code(keyring, token) == "bad_signature"
+
+
+# --- K17: one alg per key (issue 15, gap 9: EdDSA for PyJWT-style executors) ----------
+
+
+@pytest.mark.parametrize(("own", "other"), [("Ed25519", "EdDSA"), ("EdDSA", "Ed25519")])
+def test_K17_a_key_accepts_only_its_own_alg(own: str, other: str) -> None:
+    keyring = Keyring.ephemeral(now=T0, max_token_lifetime_s=LIFETIME_S, alg=own)
+    [jwk] = keyring.jwks(now=T0)["keys"]
+    assert jwk["alg"] == own
+    token = keyring.sign({"sub": "x"}, typ=TYP)
+    assert json.loads(b64url_decode(token.split(".")[0]))["alg"] == own
+    assert keyring.verify(token, typ=TYP) == {"sub": "x"}
+    # The same key, the same signature scheme, the other name: refused.
+    private = keyring._signing_key.private_key
+    assert isinstance(private, Ed25519PrivateKey)
+    renamed = ed25519_token(private, header_for(keyring, alg=other), {"sub": "x"})
+    assert refused_code(keyring, renamed) == "bad_signature"
+    # A broken signature under the key's own name is refused too.
+    head, body, sig = token.split(".")
+    forged = f"{head}.{segment({'sub': 'y'})}.{sig}"
+    assert refused_code(keyring, forged) == "bad_signature"
+
+
+def test_K17_eddsa_key_rotation_keeps_its_alg() -> None:
+    keyring = Keyring.ephemeral(now=T0, max_token_lifetime_s=LIFETIME_S, alg="EdDSA")
+    keyring.rotate(now=T0 + timedelta(seconds=1))
+    assert {k["alg"] for k in keyring.jwks(now=T0 + timedelta(seconds=1))["keys"]} == {"EdDSA"}

@@ -215,3 +215,24 @@ async def test_a_new_credential_generation_empties_the_cache(fresh_db: Database)
     auth.observe(current[generations.CREDENTIALS], fresh_for_s=60)
     with pytest.raises(Unauthenticated, match="revoked or principal disabled"):
         await auth.authenticate(key)
+
+
+async def test_signing_alg_applies_to_keys_created_from_then_on(fresh_db: Database) -> None:
+    """Switching ``COSIGNER_SIGNING_ALG``: the existing key keeps its alg (tokens it signed
+    stay valid), the rotated-in key gets the new one; each verifies only under its own."""
+    first = await store(fresh_db).open(now=T0)
+    old_token = first.sign({"n": 1}, typ="t")
+    eddsa = KeyStore(fresh_db, kek=KEK, max_token_lifetime_s=3600, activation_delay_s=0,
+                     alg="EdDSA")
+    assert (await eddsa.open(now=T0)).jwks(now=T0)["keys"][0]["alg"] == "Ed25519"
+    rotation = await eddsa.rotate(now=T0 + timedelta(seconds=1))
+    later = T0 + timedelta(seconds=2)
+    keyring = await eddsa.open(now=later)
+    assert {k["kid"]: k["alg"] for k in keyring.jwks(now=later)["keys"]} == {
+        rotation.old_kid: "Ed25519", rotation.new_kid: "EdDSA"}
+    new_token = keyring.sign({"n": 2}, typ="t")
+    assert keyring.verify(old_token, typ="t") == {"n": 1}
+    assert keyring.verify(new_token, typ="t") == {"n": 2}
+    async with fresh_db.read() as conn:
+        stored = dict((await conn.execute(select(signing_keys.c.kid, signing_keys.c.alg))).all())
+    assert stored == {rotation.old_kid: "Ed25519", rotation.new_kid: "EdDSA"}

@@ -69,11 +69,18 @@ class Script:
 
 
 class OpaStandin:
-    """Scripted answers per data path; records the requests it received."""
+    """Scripted answers per data path; records the requests it received.
+
+    Like OPA, a query with ``?provenance=true`` is answered with ``provenance``: the build
+    facts, plus ``bundles: {name: {"revision": ...}}`` when :attr:`bundles` is set (OPA
+    lists the bundles it activated; policies loaded from files or the Policy API have none).
+    """
 
     def __init__(self) -> None:
         self.scripts: dict[str, Script] = {}
         self.requests: list[tuple[str, Any]] = []
+        self.bundles: dict[str, dict[str, Any]] | None = None
+        self.queries: list[str] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -86,12 +93,21 @@ class OpaStandin:
             def do_POST(self) -> None:  # noqa: N802 - http.server API
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
-                path = self.path.removeprefix("/v1/data/")
+                path, _, query = self.path.removeprefix("/v1/data/").partition("?")
                 standin.requests.append((path, body))
+                standin.queries.append(query)
                 script = standin.scripts.get(path, Script())
                 if script.delay_s:
                     time.sleep(script.delay_s)
-                payload = script.raw if script.raw is not None else json.dumps(script.body).encode()
+                answer = script.body
+                if "provenance=true" in query and isinstance(answer, dict):
+                    provenance: dict[str, Any] = {
+                        "version": "1.4.2", "build_commit": "standin",
+                        "build_timestamp": "2026-01-01T00:00:00Z", "build_hostname": "standin"}
+                    if standin.bundles is not None:
+                        provenance["bundles"] = standin.bundles
+                    answer = {**answer, "provenance": provenance}
+                payload = script.raw if script.raw is not None else json.dumps(answer).encode()
                 try:
                     self.send_response(script.status)
                     self.send_header("Content-Type", "application/json")

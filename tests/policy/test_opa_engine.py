@@ -8,7 +8,9 @@ a real ``opa run --server`` when an ``opa`` binary is on PATH (skipped otherwise
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import pytest
 from cosigner.core.errors import PolicyError
 from cosigner.policy.bundle import Bundle
 from cosigner.policy.cases import evaluate_case, load_cases
-from cosigner.policy.opa_engine import OpaEngine, data_path
+from cosigner.policy.opa_engine import OpaEngine, data_path, reported_revisions
 from cosigner.policy.store import PolicyStore, engine_factory, run_bundle
 from tests.policy.conftest import REFUNDS_PY, OpaStandin, Script, free_port, manifest, write_bundle
 
@@ -196,3 +198,120 @@ async def test_real_opa_wrong_shapes_deny(tmp_path: Path, opa_binary: str, rule:
     result = await run_bundle(bundle, INPUT)
     assert result.effect == "deny"
     assert result.reasons[0].code in {"policy_error", "undefined"}
+
+
+# -- what OPA evaluated is what the record says (issue 15, gap 1) ----------------------
+
+
+def test_reported_revisions_read_opa_provenance() -> None:
+    provenance = {"version": "1.4.2", "bundles": {
+        "cosigner": {"revision": "r7"}, "other": {"revision": "x"}, "norev": {}}}
+    assert reported_revisions(provenance, None) == {"cosigner": "r7", "other": "x"}
+    assert reported_revisions(provenance, "cosigner") == {"cosigner": "r7"}
+    assert reported_revisions(provenance, "missing") is None
+    assert reported_revisions({"version": "1.4.2"}, None) is None
+    assert reported_revisions(None, "cosigner") is None
+
+
+def _decide(server: Any, key: str, tenant: str) -> dict[str, Any]:
+    import httpx
+
+    from tests.conftest import decision_request
+
+    body = decision_request(tool={"name": "get_order"}, args={"order_id": "ord_1"})
+    resp = httpx.post(server.url + "/v1/decisions", json=body, timeout=30,
+                      headers={"Authorization": f"Bearer {key}"})
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+def test_live_opa_decisions_record_the_revision_opa_evaluated(
+    tmp_path: Path, opa_standin: OpaStandin, live_server_factory: Any, database_url: str
+) -> None:
+    import asyncio
+
+    from cosigner.core.canonical import canonicalize, hash_bytes
+    from cosigner.policy.bundle import read_files, revision_of
+    from tests.e2e.helpers import make_keys
+
+    loose, strict = (f"t-{uuid.uuid4().hex[:10]}" for _ in range(2))
+    root = tmp_path / "bundles"
+    folders = {}
+    for tenant, extra in ((loose, ""), (strict, '[opa]\nbundle = "cosigner"\n'
+                                                 "require_revision = true\n")):
+        folders[tenant] = write_bundle(root, f"opa-{tenant}", {"manifest.toml": manifest(
+            id=f"opa-{tenant}", engine="opa", entrypoint=ENTRY, tenants=f'["{tenant}"]',
+            extra=extra)})
+    opa_standin.scripts[PATH] = Script(body={"result": ALLOW})
+    server = live_server_factory(COSIGNER_BUNDLE_DIRS=json.dumps([str(root)]),
+                                 COSIGNER_OPA_URL=opa_standin.url)
+    keys = {t: asyncio.run(make_keys(database_url, t, {"r": (["runtime"], "agent")}))["r"]
+            .removeprefix("Bearer ") for t in (loose, strict)}
+    local = {t: revision_of(read_files(folder)) for t, folder in folders.items()}
+
+    # Policies OPA loaded without a bundle: no revision reported.
+    unknown = _decide(server, keys[strict], strict)
+    assert (unknown["effect"], unknown["reasons"][0]["code"]) == ("deny", "policy_error")
+    plain = _decide(server, keys[loose], loose)
+    assert plain["effect"] == "allow" and plain["policy"]["revision"] == local[loose]
+
+    seen = []
+    for revision in ("v1", "v2"):  # the policy changes inside OPA, nothing changes here
+        opa_standin.bundles = {"cosigner": {"revision": revision}, "other": {"revision": "o"}}
+        decision = _decide(server, keys[strict], strict)
+        assert decision["effect"] == "allow", decision
+        assert decision["policy"]["revision"] == hash_bytes(canonicalize(
+            {"bundle": local[strict], "opa": {"cosigner": revision}}))
+        seen.append(decision["policy"]["revision"])
+    assert seen[0] != seen[1] and local[strict] not in seen
+    assert all(query == "provenance=true" for query in opa_standin.queries)
+
+
+# -- `cosigner policy test` never reports tests that did not run (issue 15, gap 2) -----
+
+
+def _policy_test(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    from cosigner.cli.main import main
+
+    code = main(["policy", "test", *argv])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def _opa_cases_bundle(tmp_path: Path, *, named: bool = True) -> Path:
+    return write_bundle(tmp_path, "opa-cases", {
+        "manifest.toml": manifest(id="opa-cases", engine="opa", entrypoint=ENTRY,
+                                  extra='cases = "cases.yaml"\n' if named else ""),
+        "cases.yaml": "- {description: a read is allowed, input: {tool: {name: get_order}},"
+                      " want: {effect: allow}}\n"})
+
+
+def test_policy_test_runs_an_opa_bundles_cases_against_opa_url(
+    tmp_path: Path, opa_standin: OpaStandin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    opa_standin.scripts[PATH] = Script(body={"result": ALLOW})
+    code, out = _policy_test(capsys, str(_opa_cases_bundle(tmp_path)),
+                             "--opa-url", opa_standin.url)
+    assert (code, out.splitlines()[-1]) == (0, "1 passed, 0 failed")
+    assert [path for path, _ in opa_standin.requests] == [PATH]
+
+
+def test_policy_test_fails_when_opa_cannot_be_reached(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    code, out = _policy_test(capsys, str(_opa_cases_bundle(tmp_path)), "--opa-url", url)
+    assert code == 1 and f"OPA at {url} did not answer 1 case(s)" in out
+
+
+def test_policy_test_fails_for_cases_that_did_not_run(
+    tmp_path: Path, opa_standin: OpaStandin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = _policy_test(capsys, str(_opa_cases_bundle(tmp_path, named=False)),
+                             "--opa-url", opa_standin.url)
+    assert code == 1 and "cases.yaml is not named in manifest.toml" in out
+    assert "0 passed, 0 failed" not in out
+    bare = write_bundle(tmp_path, "opa-bare", {"manifest.toml": manifest(
+        id="opa-bare", engine="opa", entrypoint=ENTRY)})
+    code, out = _policy_test(capsys, str(bare), "--opa-url", opa_standin.url)
+    assert code == 1 and "rules live in OPA" in out

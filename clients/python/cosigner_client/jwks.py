@@ -1,7 +1,9 @@
 """Offline permit verification against the server's JWKS (extra ``cosigner-client[jwks]``).
 
-An executor may check a permit without calling the server: signature (``alg`` pinned to
-``Ed25519``, RFC 9864; the key chosen by ``kid`` from the JWKS only), issuer, audience,
+An executor may check a permit without calling the server: signature (``alg`` pinned per
+key to the one its JWKS entry names, ``Ed25519`` (RFC 9864, the default when the entry names
+none) or ``EdDSA`` (RFC 8037, servers run with ``COSIGNER_SIGNING_ALG=EdDSA``); the key
+chosen by ``kid`` from the JWKS only), issuer, audience,
 ``exp``/``nbf`` (expired when ``now >= exp``, RFC 7519 §4.1.4), tenant, tool and the args
 hash of the exact arguments. Built with :meth:`PermitVerifier.from_server` it follows key
 rotations: an unknown ``kid`` refetches the JWKS (rate-limited). It cannot know whether the
@@ -16,6 +18,7 @@ import hmac
 import json
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +38,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extra
 __all__ = ["PermitVerifier"]
 
 ALGORITHM = "Ed25519"
+ALGORITHMS = frozenset({"Ed25519", "EdDSA"})
 PERMIT_TYP = "cosigner-permit+jwt"
 
 
@@ -52,9 +56,12 @@ def _segment(part: str) -> dict[str, Any]:
     return value
 
 
-def _import_keys(jwks: Mapping[str, Any]) -> dict[str, OKPKey]:
-    return {k["kid"]: OKPKey.import_key(dict(k)) for k in jwks.get("keys", [])
-            if k.get("kty") == "OKP" and k.get("crv") == "Ed25519" and "kid" in k}
+def _import_keys(jwks: Mapping[str, Any]) -> dict[str, tuple[OKPKey, str]]:
+    """``{kid: (public key, the one alg it verifies)}`` of the JWKS's Ed25519 keys."""
+    return {k["kid"]: (OKPKey.import_key(dict(k)), k.get("alg", ALGORITHM))
+            for k in jwks.get("keys", [])
+            if k.get("kty") == "OKP" and k.get("crv") == "Ed25519" and "kid" in k
+            and k.get("alg", ALGORITHM) in ALGORITHMS}
 
 
 class PermitVerifier:
@@ -114,11 +121,11 @@ class PermitVerifier:
             self._keys = keys
             return True
 
-    def _key(self, kid: str) -> OKPKey | None:
-        key = self._keys.get(kid)
-        if key is None and self._refetch():
-            key = self._keys.get(kid)
-        return key
+    def _key(self, kid: str) -> tuple[OKPKey, str] | None:
+        found = self._keys.get(kid)
+        if found is None and self._refetch():
+            found = self._keys.get(kid)
+        return found
 
     def verify(self, token: str, *, tool: str, args: dict[str, Any],
                tenant: str | None = None, now: float | None = None) -> dict[str, Any]:
@@ -133,13 +140,18 @@ class PermitVerifier:
         if len(parts) != 3:
             raise _refuse("malformed_permit", "not a compact JWS")
         header = _segment(parts[0])
-        if header.get("alg") != ALGORITHM or header.get("typ") != PERMIT_TYP:
+        if header.get("alg") not in ALGORITHMS or header.get("typ") != PERMIT_TYP:
             raise _refuse("bad_signature", "algorithm or token type not accepted")
-        key = self._key(str(header.get("kid")))
-        if key is None:
+        found = self._key(str(header.get("kid")))
+        if found is None:
             raise _refuse("unknown_kid", "signing key is not in the JWKS")
+        key, alg = found
+        if header["alg"] != alg:  # the key's own alg only, never both names (K17)
+            raise _refuse("bad_signature", "algorithm not accepted for this key")
         try:
-            jws.deserialize_compact(token, key, algorithms=[ALGORITHM])
+            with warnings.catch_warnings():  # joserfc flags EdDSA as deprecated (RFC 9864)
+                warnings.simplefilter("ignore")
+                jws.deserialize_compact(token, key, algorithms=[alg])
         except JoseError:
             raise _refuse("bad_signature", "signature verification failed") from None
         claims = _segment(parts[1])

@@ -186,8 +186,11 @@ class ApprovalV1(BaseModel):
     after_reviewed: AfterReviewedV1 | None = None
     retry_after: int | None = Field(default=None,
                                     description="Seconds before polling again (pending).")
-    permit: PermitV1 | None = Field(default=None,
-                                    description="Once approved; runtime callers only.")
+    permit_status: Literal["issued", "redeemed", "revoked", "expired"] | None = Field(
+        default=None, description="State of the permit minted on approval (null: none).")
+    permit: PermitV1 | None = Field(
+        default=None, description="Once approved; runtime callers only; null once the "
+                                  "permit was revoked (see permit_status).")
 
 
 class StandingApprovalV1(BaseModel):

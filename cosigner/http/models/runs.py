@@ -16,7 +16,8 @@ class BudgetV1(Wire):
     max_tool_calls: int | None = Field(default=None, ge=0, le=_MAX_SAFE,
                                        description="Calls (allow or require_approval).")
     max_cost: int | None = Field(default=None, ge=0, le=_MAX_SAFE,
-                                 description="Minor units, from outcome reports.")
+                                 description="Minor units: reported costs, plus a call's declared "
+                                             "cost when cost_args names it.")
 
 
 class RunContractV1(Wire):
@@ -29,6 +30,11 @@ class RunContractV1(Wire):
     tool_limits: dict[str, int] = Field(
         default_factory=dict, description="Per tool: the most calls counted in this run.")
     budget: BudgetV1 | None = None
+    cost_args: dict[str, str] = Field(
+        default_factory=dict, max_length=1000,
+        description="Per tool: JSON pointer (RFC 6901) to the argument declaring the call's "
+                    "expected cost (integer, minor units), checked against max_cost before "
+                    "the call is allowed.")
     deadline: str | None = Field(default=None, max_length=64,
                                  description="RFC 3339 timestamp, e.g. 2030-01-01T00:00:00Z.")
 
@@ -37,6 +43,7 @@ class RunContractTermsV1(BaseModel):
     allowed_tools: list[str] | None
     tool_limits: dict[str, int]
     budget: dict[str, int | None]
+    cost_args: dict[str, str] | None = None
     deadline: str | None
 
 
