@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from cosigner import web
 from cosigner.context import AppContext
+from cosigner.core import tracing
 from cosigner.core.clock import Clock, system_clock
 from cosigner.core.settings import Settings, get_settings
 from cosigner.db.database import Database
@@ -28,10 +29,12 @@ from cosigner.http.routes import approvals as approvals_routes
 from cosigner.http.routes import audit as audit_routes
 from cosigner.http.routes import decisions as decisions_routes
 from cosigner.http.routes import health as health_routes
+from cosigner.http.routes import metrics as metrics_routes
 from cosigner.http.routes import permits as permits_routes
 from cosigner.http.routes import policies as policies_routes
 from cosigner.http.routes import runs as runs_routes
 from cosigner.http.routes import tools as tools_routes
+from cosigner.http.telemetry import RequestTelemetry
 from cosigner.identity.principals import KeyAuthenticator
 from cosigner.keys.store import open_keyring
 from cosigner.permits.redeem import refusal_writer
@@ -69,6 +72,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     """
     settings = settings or get_settings()
     clock = clock or system_clock
+    tracing.configure()  # on only when the OTEL_* variables ask for it
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -76,6 +80,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         tasks = Tasks(ctx)
         app.state.context, app.state.tasks = ctx, tasks
         await tasks.start()
+        _log_startup(ctx, getattr(app.state, "listen", None))
         _tune_gc()
         try:
             yield
@@ -92,6 +97,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.state.settings = settings
     problems.install(app)
     app.include_router(health_routes.router)
+    app.include_router(metrics_routes.router)
     app.include_router(decisions_routes.router)
     app.include_router(approvals_routes.router)
     app.include_router(permits_routes.router)
@@ -100,10 +106,36 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(tools_routes.router)
     app.include_router(audit_routes.router)
     web.install(app)
+    app.add_middleware(RequestTelemetry, access=settings.access_log)
     # Outermost, so every route and middleware sees the real client, scheme and host.
     app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
     _register_schemas(app)
     return app
+
+
+def database_label(url: str) -> str:
+    """``url`` without user name and password (for logs)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(username=None, password=None).render_as_string(
+        hide_password=True)
+
+
+def _log_startup(ctx: AppContext, listen: str | None) -> None:
+    """One line: database (no credentials), active bundles with versions, key ids, the
+    address; a warning when no bundle serves any tenant (every decision is then denied
+    ``policy_not_loaded``)."""
+    snapshot = ctx.store.snapshot
+    bundles = ", ".join(f"{bundle_id}@{version}"
+                        for bundle_id, version in sorted(snapshot.active.items())) or "none"
+    kids = ", ".join(info.kid for info in ctx.keyring.keys())
+    log.info("cosigner started: database=%s bundles=[%s] keys=[%s] signing=%s listen=%s",
+             database_label(ctx.settings.database_url), bundles, kids,
+             ctx.keyring.current_kid, listen or "-")
+    if not snapshot.active:
+        dirs = ", ".join(str(d) for d in ctx.settings.bundle_dirs)
+        log.warning("no policy bundle serves any tenant (searched: %s): every decision is "
+                    "denied policy_not_loaded until one is loaded", dirs)
 
 
 def _tune_gc() -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cosigner.core import tracing
 from cosigner.core.errors import CosignerError, PolicyError, Unavailable
 from cosigner.policy.bundle import Bundle, Engine, parse_manifest, read_files, revision_of
 from cosigner.policy.python_engine import PythonEngine
@@ -290,9 +291,14 @@ class PolicyStore:
                       "server" if routed in snap.missing
                       else "no policy bundle is loaded for this tenant")
             return Evaluation(deny("policy_not_loaded", detail), None, None)
-        started = time.perf_counter()
-        result = await run_bundle(bundle, input_doc)
-        elapsed = int((time.perf_counter() - started) * 1e6)
+        with tracing.span("policy.evaluate", {"cosigner.bundle": bundle.id,
+                                              "cosigner.bundle.version": bundle.version,
+                                              "cosigner.engine": bundle.manifest.engine}
+                          ) as current:
+            started = time.perf_counter()
+            result = await run_bundle(bundle, input_doc)
+            elapsed = int((time.perf_counter() - started) * 1e6)
+            tracing.set_attributes(current, {"cosigner.effect": result.effect})
         shadow_bundle = snap.shadow_bundle(bundle.id)
         shadow = await run_bundle(shadow_bundle, input_doc) if shadow_bundle else None
         return Evaluation(result, bundle.ref(), bundle, shadow,
