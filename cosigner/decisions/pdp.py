@@ -168,6 +168,8 @@ async def decide(deps: AppContext, caller: Caller, req: DecisionRequest) -> dict
 async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
                   read_contract: bool, locked: bool, started: float) -> dict[str, Any]:
     tenant = caller.tenant
+    decision_id = str(uuid.uuid4())
+    logs.decision_id.set(decision_id)  # every log line of this decision names it
     a_hash = compute_args_hash(req.args)
     # No idempotency pre-read: the unique (tenant, request_id) key catches a retry when
     # its write lands, and the stored first decision is answered then (rare path).
@@ -199,8 +201,6 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
             spec.validate(req.args)  # raises InvalidArgs before any policy runs
             mask = tuple(spec.mask)
         evaluation = await deps.store.evaluate(tenant, input_doc, snapshot=snapshot)
-    decision_id = str(uuid.uuid4())
-    logs.decision_id.set(decision_id)
     trace_id = tracing.current_trace_id()
     plan = DecisionPlan(
         deps=deps, call=Call(

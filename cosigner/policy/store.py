@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -318,8 +319,11 @@ async def run_bundle(bundle: Bundle, input_doc: dict[str, Any]) -> PolicyResult:
         return deny(exc.code if exc.code in {"undefined", "policy_error"} else "policy_error",
                     exc.detail)
     except Exception as exc:  # rule code is operator-written: any fault denies
-        log.error("policy rule raised in bundle %s@%s: %s: %s", bundle.id, bundle.version,
-                  type(exc).__name__, exc)
+        # The exception's text may quote argument values (never logged, invariant 10):
+        # its type and where the rule raised it are what the operator needs.
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        log.error("policy rule raised in bundle %s@%s: %s at %s:%s", bundle.id,
+                  bundle.version, type(exc).__name__, Path(where.filename).name, where.lineno)
         return deny("policy_error", f"rule raised {type(exc).__name__}")
     if raw is None:
         return deny("undefined", "the policy gave no decision for this input")
