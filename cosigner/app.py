@@ -114,11 +114,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
 
 def database_label(url: str) -> str:
-    """``url`` without user name and password (for logs)."""
+    """``url`` without user name, password and query (for logs)."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).set(username=None, password=None).render_as_string(
-        hide_password=True)
+    parsed = make_url(url)  # the query is left out too: it may carry a password
+    host = f"{parsed.host}:{parsed.port}" if parsed.port else (parsed.host or "")
+    return f"{parsed.drivername}://{host}/{parsed.database or ''}"
 
 
 def _log_startup(ctx: AppContext, listen: str | None) -> None:

@@ -111,7 +111,12 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         uvicorn.run(app, **common)
         return 0
     os.environ["COSIGNER_SERVE_LISTEN"] = listen
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    # Every worker's counters and histograms in memory-mapped files that /metrics sums
+    # (prometheus-client multiprocess mode). The folder must start empty for each run.
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    else:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="cosigner-metrics-")
     uvicorn.run("cosigner.cli.main:worker_app", factory=True, workers=args.workers, **common)
     return 0
