@@ -93,6 +93,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         version="0.1.0",
         summary="Policy decision and approval server for AI-agent tool calls.",
         lifespan=lifespan,
+        **_no_framework_telemetry(),
     )
     app.state.settings = settings
     problems.install(app)
@@ -111,6 +112,18 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
     _register_schemas(app)
     return app
+
+
+def _no_framework_telemetry() -> dict[str, Any]:
+    """FastAPI versions with native OpenTelemetry (``FastAPI(telemetry=...)``) would add
+    their own request spans beside ours (:mod:`cosigner.http.telemetry`) and log exception
+    messages (which may quote arguments): turned off where the option exists."""
+    import inspect
+
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False,
+                          "operation_spans": False, "auto_configure": False}}
 
 
 def database_label(url: str) -> str:

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cosigner.core.clock import system_clock
 from cosigner.db.database import Database
 from cosigner.identity.principals import create_api_key
-from tests.conftest import LiveServer, start_module_server
+from tests.conftest import Harness, LiveServer, start_module_server
 from tests.http.approval_helpers import FINANCE, scripted, write_scripted_bundle
 
 METRICS_TOKEN = "metrics-token-0123456789"
@@ -167,3 +167,8 @@ def test_json_log_has_decision_id_and_no_secret(live: tuple[LiveServer, str],
     log = server.log_path.read_text()
     assert CANARY not in log
     assert key["runtime"] not in log and METRICS_TOKEN not in log
+
+
+async def test_metrics_are_off_without_a_token(harness: Harness) -> None:
+    resp = await harness.client.get("/metrics")
+    assert resp.status_code == 404 and resp.json()["code"] == "not_found"
