@@ -81,7 +81,6 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.access_log:
         settings = settings.model_copy(update={"access_log": True})
         os.environ["COSIGNER_ACCESS_LOG"] = "true"
-    logs.configure(level=settings.log_level, fmt=settings.log_format)
     if args.workers < 1:
         print("error: --workers must be at least 1", file=sys.stderr)
         return 2
@@ -89,6 +88,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         print("error: --workers > 1 needs PostgreSQL; SQLite serves from one process",
               file=sys.stderr)
         return 2
+    logs.configure(level=settings.log_level, fmt=settings.log_format)
     if args.no_migrate:
         problem = pending_message_blocking(settings.database_url)
         if problem is not None:
