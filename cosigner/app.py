@@ -23,6 +23,7 @@ from cosigner.core.settings import Settings, get_settings
 from cosigner.db.database import Database
 from cosigner.decisions.pdp import decision_log_writer
 from cosigner.http import problems
+from cosigner.http.metrics_port import serve_metrics
 from cosigner.http.models.decisions import ProblemV1
 from cosigner.http.proxies import TrustedProxies
 from cosigner.http.routes import approvals as approvals_routes
@@ -80,11 +81,18 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         tasks = Tasks(ctx)
         app.state.context, app.state.tasks = ctx, tasks
         await tasks.start()
+        metrics_server = None
+        if settings.metrics_port is not None:
+            metrics_server = await serve_metrics(ctx, settings.metrics_host,
+                                                 settings.metrics_port)
         _log_startup(ctx, getattr(app.state, "listen", None))
         _tune_gc()
         try:
             yield
         finally:
+            if metrics_server is not None:
+                metrics_server.close()
+                await metrics_server.wait_closed()
             await tasks.stop()
             await ctx.db.dispose()
 

@@ -99,6 +99,10 @@ class Settings(BaseSettings):
     access_log: bool = False
     #: Bearer token of ``GET /metrics``; unset, the route is off (404).
     metrics_token: SecretStr | None = Field(default=None, min_length=16)
+    #: Serve ``GET /metrics`` without a token on this separate port instead (bind it to an
+    #: address only the scraper reaches: ``metrics_host``). Workers share it (SO_REUSEPORT).
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"
     #: Outgoing approval webhooks per tenant (``"*"``: every tenant), e.g.
     #: ``COSIGNER_WEBHOOKS='{"acme": [{"url": "https://hooks.example/x", "secret": "..."}]}'``.
     webhooks: dict[str, list[WebhookTarget]] = Field(default_factory=dict)

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cosigner.core.clock import system_clock
 from cosigner.db.database import Database
 from cosigner.identity.principals import create_api_key
-from tests.conftest import Harness, LiveServer, start_module_server
+from tests.conftest import Harness, LiveServer, free_port, start_module_server
 from tests.http.approval_helpers import FINANCE, scripted, write_scripted_bundle
 
 METRICS_TOKEN = "metrics-token-0123456789"
@@ -172,3 +172,28 @@ def test_json_log_has_decision_id_and_no_secret(live: tuple[LiveServer, str],
 async def test_metrics_are_off_without_a_token(harness: Harness) -> None:
     resp = await harness.client.get("/metrics")
     assert resp.status_code == 404 and resp.json()["code"] == "not_found"
+
+
+def test_metrics_on_a_separate_port(tmp_path: Path, db_kind: str, pg_url: str | None,
+                                    sqlite_template: Path, tenant: str) -> None:
+    port = free_port()
+    bundles = write_scripted_bundle(tmp_path / "bundles")
+    server, database_url = start_module_server(
+        tmp_path, db_kind=db_kind, pg_url=pg_url, sqlite_template=sqlite_template,
+        bundle_dirs=[bundles], COSIGNER_METRICS_PORT=str(port))
+    try:
+        runtime = keys(database_url, tenant)["runtime"]
+        assert post(server, runtime, "/v1/decisions", scripted(
+            {"effect": "deny", "reasons": ["nope"]})).status_code == 200
+        resp = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)  # no token
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/plain")
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for family in text_string_to_metric_families(resp.text)
+                   for s in family.samples}
+        assert value(samples, "cosigner_decisions_total", effect="deny", reason="nope") == 1
+        assert httpx.get(f"http://127.0.0.1:{port}/other", timeout=10).status_code == 404
+        # The API port serves no metrics without a token.
+        assert httpx.get(server.url + "/metrics", timeout=10).status_code == 404
+    finally:
+        server.stop()

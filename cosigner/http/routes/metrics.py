@@ -1,9 +1,11 @@
 """``GET /metrics``: Prometheus text exposition (README § Operations, Metrics).
 
-Off (404) unless ``COSIGNER_METRICS_TOKEN`` is set; then a scrape must send
+On the API port: off (404) unless ``COSIGNER_METRICS_TOKEN`` is set; then a scrape must send
 ``Authorization: Bearer <token>`` (compared in constant time; 401 otherwise). Counters and
 histograms come from :mod:`cosigner.core.metrics` (summed over workers in multiprocess
 mode); the gauges below are computed at scrape time, so every worker answers the same.
+``COSIGNER_METRICS_PORT`` serves the same :func:`scrape` without a token
+(:mod:`cosigner.http.metrics_port`).
 """
 
 from __future__ import annotations
@@ -40,8 +42,12 @@ async def get_metrics(request: Request) -> Response:
     if scheme.lower() != "bearer" or not hmac.compare_digest(
             given.strip().encode(), token.get_secret_value().encode()):
         raise Unauthenticated("the metrics token is required (Authorization: Bearer ...)")
-    families = [await _pending(ctx), *_bundles(ctx), _key_age(ctx, ctx.clock())]
-    return Response(exposition(families), media_type=CONTENT_TYPE_LATEST)
+    return Response(await scrape(ctx), media_type=CONTENT_TYPE_LATEST)
+
+
+async def scrape(ctx: AppContext) -> bytes:
+    """The exposition: stored series plus the scrape-time gauges."""
+    return exposition([await _pending(ctx), *_bundles(ctx), _key_age(ctx, ctx.clock())])
 
 
 async def _pending(ctx: AppContext) -> Metric:
