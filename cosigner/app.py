@@ -11,25 +11,30 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
 from cosigner import web
 from cosigner.context import AppContext
+from cosigner.core import tracing
 from cosigner.core.clock import Clock, system_clock
 from cosigner.core.settings import Settings, get_settings
 from cosigner.db.database import Database
 from cosigner.decisions.pdp import decision_log_writer
 from cosigner.http import openapi, problems
+from cosigner.http.metrics_port import serve_metrics
 from cosigner.http.proxies import TrustedProxies
 from cosigner.http.routes import approvals as approvals_routes
 from cosigner.http.routes import audit as audit_routes
 from cosigner.http.routes import decisions as decisions_routes
 from cosigner.http.routes import health as health_routes
+from cosigner.http.routes import metrics as metrics_routes
 from cosigner.http.routes import permits as permits_routes
 from cosigner.http.routes import policies as policies_routes
 from cosigner.http.routes import runs as runs_routes
 from cosigner.http.routes import tools as tools_routes
+from cosigner.http.telemetry import RequestTelemetry
 from cosigner.identity.principals import KeyAuthenticator
 from cosigner.keys.store import open_keyring
 from cosigner.permits.redeem import refusal_writer
@@ -74,6 +79,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     """
     settings = settings or get_settings()
     clock = clock or system_clock
+    tracing.configure()  # on only when the OTEL_* variables ask for it
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -81,10 +87,18 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         tasks = Tasks(ctx)
         app.state.context, app.state.tasks = ctx, tasks
         await tasks.start()
+        metrics_server = None
+        if settings.metrics_port is not None:
+            metrics_server = await serve_metrics(ctx, settings.metrics_host,
+                                                 settings.metrics_port)
+        _log_startup(ctx, getattr(app.state, "listen", None))
         _tune_gc()
         try:
             yield
         finally:
+            if metrics_server is not None:
+                metrics_server.close()
+                await metrics_server.wait_closed()
             await tasks.stop()
             await ctx.db.dispose()
 
@@ -94,10 +108,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         summary="Policy decision and approval server for AI-agent tool calls.",
         lifespan=lifespan,
         generate_unique_id_function=openapi.operation_id,
+        **_no_framework_telemetry(),
     )
     app.state.settings = settings
     problems.install(app)
     app.include_router(health_routes.router)
+    app.include_router(metrics_routes.router)
     app.include_router(decisions_routes.router)
     app.include_router(approvals_routes.router)
     app.include_router(permits_routes.router)
@@ -106,10 +122,49 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(tools_routes.router)
     app.include_router(audit_routes.router)
     web.install(app)
+    app.add_middleware(RequestTelemetry, access=settings.access_log)
     # Outermost, so every route and middleware sees the real client, scheme and host.
     app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
     openapi.install(app)
     return app
+
+
+def _no_framework_telemetry() -> dict[str, Any]:
+    """FastAPI versions with native OpenTelemetry (``FastAPI(telemetry=...)``) would add
+    their own request spans beside ours (:mod:`cosigner.http.telemetry`) and log exception
+    messages (which may quote arguments): turned off where the option exists."""
+    import inspect
+
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False,
+                          "operation_spans": False, "auto_configure": False}}
+
+
+def database_label(url: str) -> str:
+    """``url`` without user name, password and query (for logs)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)  # the query is left out too: it may carry a password
+    host = f"{parsed.host}:{parsed.port}" if parsed.port else (parsed.host or "")
+    return f"{parsed.drivername}://{host}/{parsed.database or ''}"
+
+
+def _log_startup(ctx: AppContext, listen: str | None) -> None:
+    """One line: database (no credentials), active bundles with versions, key ids, the
+    address; a warning when no bundle serves any tenant (every decision is then denied
+    ``policy_not_loaded``)."""
+    snapshot = ctx.store.snapshot
+    bundles = ", ".join(f"{bundle_id}@{version}"
+                        for bundle_id, version in sorted(snapshot.active.items())) or "none"
+    kids = ", ".join(info.kid for info in ctx.keyring.keys())
+    log.info("cosigner started: database=%s bundles=[%s] keys=[%s] signing=%s listen=%s",
+             database_label(ctx.settings.database_url), bundles, kids,
+             ctx.keyring.current_kid, listen or "-")
+    if not snapshot.active:
+        dirs = ", ".join(str(d) for d in ctx.settings.bundle_dirs)
+        log.warning("no policy bundle serves any tenant (searched: %s): every decision is "
+                    "denied policy_not_loaded until one is loaded", dirs)
 
 
 def _tune_gc() -> None:

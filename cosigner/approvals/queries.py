@@ -11,12 +11,13 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from cosigner.approvals import rules as review_rules
 from cosigner.approvals.requests import expire_due, expire_if_due, permit_of, reviews_of
 from cosigner.approvals.views import effective_status, view
 from cosigner.core.errors import Forbidden, NotFound
+from cosigner.db.database import Database
 from cosigner.db.tables_approvals import approvals, reviews
 from cosigner.identity.principals import Caller
 from cosigner.policy.result import parse_requirement
@@ -126,3 +127,12 @@ async def list_requests(deps: AppContext, caller: Caller, *, status: str = "pend
             if len(out) >= limit:
                 break
     return out
+
+
+async def pending_by_tenant(db: Database) -> dict[str, int]:
+    """Pending approval requests per tenant (the ``cosigner_approvals_pending`` gauge)."""
+    async with db.read() as conn:
+        rows = (await conn.execute(
+            select(approvals.c.tenant, func.count()).where(approvals.c.status == "pending")
+            .group_by(approvals.c.tenant))).all()
+    return {str(tenant): int(count) for tenant, count in rows}

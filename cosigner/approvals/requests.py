@@ -33,6 +33,7 @@ from cosigner.audit.chain import Event, append
 from cosigner.core.errors import (
     ApprovalStateError,
 )
+from cosigner.core.metrics import metrics
 from cosigner.db.tables import permits
 from cosigner.db.tables_approvals import approvals, reviews
 
@@ -84,7 +85,12 @@ async def transition(conn: AsyncConnection, row: Any, target: str, *, now: datet
         approvals.update()
         .where(approvals.c.id == row.id, approvals.c.status == row.status)
         .values(status=target, decided_at=now, **values))
-    return bool(result.rowcount == 1)
+    if result.rowcount != 1:
+        return False
+    # Counted when the change is made; a transaction rolled back later still counts once.
+    metrics().approval_seconds[(target,)].observe(
+        max(0.0, (now - aware(row.created_at)).total_seconds()))
+    return True
 
 
 def event(event_type: str, row: Any, who: dict[str, Any], **payload: Any) -> Event:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +21,7 @@ from cosigner.cli import audit as cli_audit
 from cosigner.cli import demo, reads
 from cosigner.cli import init as init_cli
 from cosigner.cli import policy as policy_cli
+from cosigner.core import logs
 from cosigner.core.clock import system_clock
 from cosigner.core.settings import Settings, get_settings, parse_forwarded_allow_ips
 
@@ -45,6 +48,15 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="comma-separated proxy addresses or networks whose X-Forwarded-For/"
                         "-Proto/-Host count (default: COSIGNER_FORWARDED_ALLOW_IPS, or none "
                         "- not even loopback)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="worker processes (PostgreSQL only; SQLite serves from one process). "
+                        "Metrics are summed over workers (prometheus-client multiprocess "
+                        "mode, folder PROMETHEUS_MULTIPROC_DIR or a temporary one)")
+    p.add_argument("--log-format", choices=("json", "plain"),
+                   help="log lines as JSON objects or plain text (default: "
+                        "COSIGNER_LOG_FORMAT, or json)")
+    p.add_argument("--access-log", action="store_true", default=None,
+                   help="one log line per HTTP request (default: COSIGNER_ACCESS_LOG)")
     p.add_argument("--demo-tenant", metavar="TENANT",
                    help="create runtime/admin/auditor keys for TENANT if it has none, "
                         "and print them once")
@@ -63,6 +75,21 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         settings = settings.model_copy(update={"forwarded_allow_ips": trusted})
+        os.environ["COSIGNER_FORWARDED_ALLOW_IPS"] = ",".join(trusted)  # for --workers
+    if args.log_format is not None:
+        settings = settings.model_copy(update={"log_format": args.log_format})
+        os.environ["COSIGNER_LOG_FORMAT"] = args.log_format
+    if args.access_log:
+        settings = settings.model_copy(update={"access_log": True})
+        os.environ["COSIGNER_ACCESS_LOG"] = "true"
+    if args.workers < 1:
+        print("error: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.workers > 1 and not settings.database_url.startswith("postgresql"):
+        print("error: --workers > 1 needs PostgreSQL; SQLite serves from one process",
+              file=sys.stderr)
+        return 2
+    logs.configure(level=settings.log_level, fmt=settings.log_format)
     if args.no_migrate:
         problem = pending_message_blocking(settings.database_url)
         if problem is not None:
@@ -72,11 +99,40 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         upgrade_blocking(settings.database_url)
     if args.demo_tenant:
         asyncio.run(_bootstrap_demo(settings, args.demo_tenant))
+    listen = f"http://{args.host}:{args.port}"
     # Proxy headers are the app's job (cosigner.http.proxies, from settings.forwarded_allow_ips):
     # uvicorn's own handling is off, or it would trust 127.0.0.1 (its default) on its own.
-    uvicorn.run(create_app(settings), host=args.host, port=args.port,
-                log_level=settings.log_level, access_log=False, proxy_headers=False)
+    # Logging is ours (cosigner.core.logs): log_config=None keeps uvicorn from replacing it.
+    common: dict[str, Any] = {"host": args.host, "port": args.port,
+                              "log_level": settings.log_level, "access_log": False,
+                              "proxy_headers": False, "log_config": None}
+    if args.workers == 1:
+        app = create_app(settings)
+        app.state.listen = listen
+        uvicorn.run(app, **common)
+        return 0
+    os.environ["COSIGNER_SERVE_LISTEN"] = listen
+    # Every worker's counters and histograms in memory-mapped files that /metrics sums
+    # (prometheus-client multiprocess mode). The folder must start empty for each run.
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    else:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="cosigner-metrics-")
+    uvicorn.run("cosigner.cli.main:worker_app", factory=True, workers=args.workers, **common)
     return 0
+
+
+def worker_app() -> Any:
+    """The app of one ``cosigner serve --workers N`` worker process (settings, logging and
+    the metrics folder come from the environment the parent set)."""
+    from cosigner.app import create_app
+
+    settings = get_settings()
+    logs.configure(level=settings.log_level, fmt=settings.log_format)
+    app = create_app(settings)
+    app.state.listen = os.environ.get("COSIGNER_SERVE_LISTEN")
+    return app
 
 
 async def _bootstrap_demo(settings: Settings, tenant: str) -> None:

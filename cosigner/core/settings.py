@@ -100,6 +100,16 @@ class Settings(BaseSettings):
     signin_lockout_s: int = Field(default=15 * 60, ge=1)
     signin_backoff_s: int = Field(default=30, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: ``cosigner serve`` log lines: JSON objects (default) or plain text.
+    log_format: Literal["json", "plain"] = "json"
+    #: One ``cosigner.access`` line per HTTP request (method, path, status, ms).
+    access_log: bool = False
+    #: Bearer token of ``GET /metrics``; unset, the route is off (404).
+    metrics_token: SecretStr | None = Field(default=None, min_length=16)
+    #: Serve ``GET /metrics`` without a token on this separate port instead (bind it to an
+    #: address only the scraper reaches: ``metrics_host``). Workers share it (SO_REUSEPORT).
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"
     #: Outgoing approval webhooks per tenant (``"*"``: every tenant), e.g.
     #: ``COSIGNER_WEBHOOKS='{"acme": [{"url": "https://hooks.example/x", "secret": "..."}]}'``.
     webhooks: dict[str, list[WebhookTarget]] = Field(default_factory=dict)

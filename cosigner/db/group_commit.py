@@ -18,7 +18,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from cosigner.core import tracing
 from cosigner.core.errors import CosignerError, Unavailable
+from cosigner.core.metrics import metrics
 
 log = logging.getLogger("cosigner.db.group_commit")
 
@@ -29,10 +31,13 @@ R = TypeVar("R")
 BatchRunner = Callable[[list[I]], Awaitable[list[Any]]]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending(Generic[I]):
     item: I
     future: asyncio.Future[Any] = field(repr=False)
+    queued_at: float = 0.0
+    #: Size of the batch that committed it (the durable-write span's attribute).
+    batch: int = 0
 
 
 @dataclass
@@ -47,8 +52,13 @@ class GroupCommitter(Generic[I]):
     """Queue writes and commit them in batches (sizes and waits bounded by settings)."""
 
     def __init__(self, run_batch: BatchRunner[I], *, max_batch: int = 64,
-                 max_wait_s: float = 0.002, max_queue: int = 10_000) -> None:
+                 max_wait_s: float = 0.002, max_queue: int = 10_000,
+                 name: str = "decisions") -> None:
         self._run_batch = run_batch
+        m = metrics()
+        self._batch_size = m.batch_size[(name,)]
+        self._batch_wait = m.batch_wait[(name,)]
+        self._failures = m.log_write_failures[(name,)]
         self._max_batch = max_batch
         self._max_wait_s = max_wait_s
         self._queue: asyncio.Queue[_Pending[I]] = asyncio.Queue(maxsize=max_queue)
@@ -84,13 +94,21 @@ class GroupCommitter(Generic[I]):
         if self._closed or self._task is None or self._task.done():
             raise Unavailable("the decision log writer is not running",
                               code="storage_unavailable")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        pending = _Pending(item, loop.create_future(), loop.time())
         try:
-            self._queue.put_nowait(_Pending(item, future))
+            self._queue.put_nowait(pending)
         except asyncio.QueueFull:
+            self._failures.inc()
             raise Unavailable("the decision log writer is saturated",
                               code="storage_unavailable") from None
-        return await future
+        if not tracing.enabled():
+            return await pending.future
+        with tracing.span("decision_log.write") as current:
+            try:
+                return await pending.future
+            finally:
+                tracing.set_attributes(current, {"cosigner.batch_size": pending.batch})
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
@@ -124,12 +142,17 @@ class GroupCommitter(Generic[I]):
             outcomes = await self._run_batch([p.item for p in batch])
             if len(outcomes) != len(batch):
                 raise RuntimeError("run_batch returned the wrong number of outcomes")
+            self._batch_size.observe(len(batch))
+            self._batch_wait.observe(asyncio.get_running_loop().time() - batch[0].queued_at)
+            for pending in batch:
+                pending.batch = len(batch)
         except asyncio.CancelledError:
             self._fail(batch, Unavailable("the decision log writer stopped",
                                           code="storage_unavailable"))
             raise
         except Exception as exc:  # noqa: BLE001 - any batch fault fails its waiters closed
             self.stats.failed_batches += 1
+            self._failures.inc(len(batch))
             if not isinstance(exc, Unavailable):
                 log.error("group commit batch failed: %s: %s", type(exc).__name__, exc)
                 exc = Unavailable("the decision could not be recorded",

@@ -12,6 +12,7 @@ the COMMIT that holds its events (invariant 2).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,10 +24,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.approvals import rejections
 from cosigner.audit.chain import Event, append
 from cosigner.context import AppContext
+from cosigner.core import logs, tracing
 from cosigner.core.canonical import args_hash as compute_args_hash
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import CosignerError, IdempotencyConflict, InvalidRequest
+from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
 from cosigner.core.settings import Settings
 from cosigner.db.batch import Item, Write, savepoint_runner
@@ -96,7 +99,7 @@ def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item
 
     return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=confirm),
                           max_batch=settings.log_batch_max,
-                          max_wait_s=settings.log_batch_wait_ms / 1000)
+                          max_wait_s=settings.log_batch_wait_ms / 1000, name="decisions")
 
 
 def input_document(caller: Caller, req: DecisionRequest, *, now: str,
@@ -151,10 +154,11 @@ async def decide(deps: AppContext, caller: Caller, req: DecisionRequest) -> dict
                              "(POST /v1/approvals)", code="reserved_tool")
     pair = (caller.tenant, req.run["id"])
     read_contract, locked = pair in deps.contracted_runs, False
+    started = time.perf_counter()
     while True:  # each retry sets a flag, so this runs at most three times
         try:
             return await _decide(deps, caller, req, read_contract=read_contract,
-                                 locked=locked)
+                                 locked=locked, started=started)
         except contracts.RunContractFound:
             # Decided as if the run had no contract, but it has one: nothing was written.
             if read_contract:
@@ -170,8 +174,10 @@ async def decide(deps: AppContext, caller: Caller, req: DecisionRequest) -> dict
 
 
 async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
-                  read_contract: bool, locked: bool) -> dict[str, Any]:
+                  read_contract: bool, locked: bool, started: float) -> dict[str, Any]:
     tenant = caller.tenant
+    decision_id = str(uuid.uuid4())
+    logs.decision_id.set(decision_id)  # every log line of this decision names it
     a_hash = compute_args_hash(req.args)
     # No idempotency pre-read: the unique (tenant, request_id) key catches a retry when
     # its write lands, and the stored first decision is answered then (rare path).
@@ -203,14 +209,16 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
             spec.validate(req.args)  # raises InvalidArgs before any policy runs
             mask = tuple(spec.mask)
         evaluation = await deps.store.evaluate(tenant, input_doc, snapshot=snapshot)
+    trace_id = tracing.current_trace_id()
     plan = DecisionPlan(
         deps=deps, call=Call(
             caller=caller, request_id=req.request_id,
             request_hash=hash_bytes(canonicalize(req.raw)), run=req.run,
             principal=req.principal, initiator=req.initiator, tool=req.tool, args=req.args,
             context=req.context, args_hash=a_hash, mode=req.mode),
-        decision_id=str(uuid.uuid4()), now=now, evaluation=evaluation, input_doc=input_doc,
-        mask=mask + evaluation.result.mask, contract=run_state is not None, locked=locked)
+        decision_id=decision_id, now=now, evaluation=evaluation, input_doc=input_doc,
+        mask=mask + evaluation.result.mask, contract=run_state is not None, locked=locked,
+        trace_id=trace_id)
     try:
         written: Write = await deps.log_writer.submit(plan.item())
     except UniqueViolation:
@@ -221,7 +229,26 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
             raise
         return _replay(row, plan.call.request_hash)
     final: dict[str, Any] = written.result
+    _observe(final, evaluation, started)
     return final
+
+
+def _observe(final: dict[str, Any], evaluation: Evaluation, started: float) -> None:
+    """Count and time one recorded decision; name it on the current span."""
+    effect = final["effect"]
+    reasons = final["reasons"]
+    bundle = evaluation.bundle
+    metrics().decided(
+        effect=effect, engine=bundle.manifest.engine if bundle else "none",
+        reason=reasons[0]["code"] if reasons else "none",
+        bundle=bundle.id if bundle and evaluation.elapsed_us else None,
+        seconds=time.perf_counter() - started,
+        policy_seconds=evaluation.elapsed_us / 1e6)
+    if tracing.enabled():
+        from opentelemetry import trace
+
+        trace.get_current_span().set_attributes({
+            "cosigner.decision_id": final["decision_id"], "cosigner.effect": effect})
 
 
 async def record_refusal(deps: AppContext, caller: Caller, *, code: str, detail: str,

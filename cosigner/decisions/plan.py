@@ -91,6 +91,8 @@ class DecisionPlan:
     mask: tuple[str, ...]
     contract: bool
     locked: bool
+    #: W3C trace id of the request's span, when tracing is on (README § Tracing).
+    trace_id: str | None = None
 
     @property
     def tenant(self) -> str:
@@ -198,7 +200,8 @@ class DecisionPlan:
         """The events and rows of ``response``: the decision event (and the permit's for
         an ``allow``), the decision row, and for an ``allow`` the permit row and the call
         input. Fills in ``response["permit"]``."""
-        events = [decision_event(self.call, response, self.evaluation, self.mask)]
+        events = [decision_event(self.call, response, self.evaluation, self.mask,
+                                 trace_id=self.trace_id)]
         rows: list[tuple[Table, dict[str, Any]]] = [(decisions, self._decision_row(response))]
         if self.call.shadow:
             # Never a permit (so nothing to redeem); the input is kept for replay.
@@ -243,7 +246,7 @@ def permit_ttl(plan: DecisionPlan) -> int:
 
 
 def decision_event(call: Call, response: dict[str, Any], evaluation: Evaluation,
-                   mask: tuple[str, ...]) -> Event:
+                   mask: tuple[str, ...], *, trace_id: str | None = None) -> Event:
     """The ``decision.made`` event of ``response`` (args masked by ``audit.append``)."""
     payload: dict[str, Any] = {
         "request_id": call.request_id,
@@ -271,6 +274,8 @@ def decision_event(call: Call, response: dict[str, Any], evaluation: Evaluation,
         payload["approval"] = response["approval"]
     if call.shadow:
         payload["mode"] = "shadow"
+    if trace_id is not None:
+        payload["trace_id"] = trace_id
     return Event(
         type="decision.made", actor=call.caller.actor(),
         decision_id=response["decision_id"], run_id=call.run["id"], tool=call.tool["name"],

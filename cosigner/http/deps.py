@@ -8,6 +8,7 @@ import orjson
 from fastapi import Depends, Request, Response
 
 from cosigner.context import AppContext
+from cosigner.core import logs, tracing
 from cosigner.core.errors import Unauthenticated
 from cosigner.identity.principals import Caller
 
@@ -38,7 +39,10 @@ async def authenticate(request: Request) -> Caller:
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthenticated("an API key is required (Authorization: Bearer ...)")
-    caller: Caller = await context(request).authenticator.authenticate(key.strip())
+    with tracing.span("authenticate") as current:
+        caller: Caller = await context(request).authenticator.authenticate(key.strip())
+        tracing.set_attributes(current, {"cosigner.tenant": caller.tenant})
+    logs.tenant.set(caller.tenant)
     return caller
 
 

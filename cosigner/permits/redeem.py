@@ -18,9 +18,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.audit.chain import Event, append
 from cosigner.context import AppContext, Refusal
+from cosigner.core import tracing
 from cosigner.core.canonical import args_hash
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import InvalidArgs, PermitRefused
+from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
 from cosigner.db.batch import Write
 from cosigner.db.database import Database
@@ -80,6 +82,22 @@ async def _verify(deps: AppContext, token: str, now: datetime) -> PermitClaims:
 
 async def redeem(deps: AppContext, caller: Caller, *, token: str, tool: str, args: dict[str, Any]
                  ) -> dict[str, Any]:
+    """Redeem a permit for one exact call (:func:`_redeem`), counted and traced."""
+    with tracing.span("permit.redeem") as current:
+        try:
+            result = await _redeem(deps, caller, token=token, tool=tool, args=args)
+        except PermitRefused as exc:
+            metrics().redeems[(exc.code,)].inc()
+            tracing.set_attributes(current, {"cosigner.outcome": exc.code})
+            raise
+        metrics().redeems[("redeemed",)].inc()
+        tracing.set_attributes(current, {"cosigner.outcome": "redeemed",
+                                         "cosigner.decision_id": result["decision_id"]})
+        return result
+
+
+async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
+                  args: dict[str, Any]) -> dict[str, Any]:
     """Redeem a permit for one exact call, right before it runs (single use, invariant 4).
 
     Checks, in order: signature with the keyring key named by ``kid`` (Ed25519 only),
@@ -190,7 +208,7 @@ def refusal_writer(db: Database) -> GroupCommitter[Refusal]:
                 await append(conn, tenant, [event], now=now)
         return [None] * len(items)
 
-    return GroupCommitter(run_batch)
+    return GroupCommitter(run_batch, name="refusals")
 
 
 async def _counted_roles(conn: AsyncConnection, approval_id: str | None) -> list[str] | None:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cosigner.core import tracing
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.errors import CosignerError, PolicyError, Unavailable
 from cosigner.policy.bundle import Bundle, Engine, parse_manifest, read_files, revision_of
@@ -294,9 +296,14 @@ class PolicyStore:
                       "server" if routed in snap.missing
                       else "no policy bundle is loaded for this tenant")
             return Evaluation(deny("policy_not_loaded", detail), None, None)
-        started = time.perf_counter()
-        result, ref, opa = await run_bundle_traced(bundle, input_doc)
-        elapsed = int((time.perf_counter() - started) * 1e6)
+        with tracing.span("policy.evaluate", {"cosigner.bundle": bundle.id,
+                                              "cosigner.bundle.version": bundle.version,
+                                              "cosigner.engine": bundle.manifest.engine}
+                          ) as current:
+            started = time.perf_counter()
+            result, ref, opa = await run_bundle_traced(bundle, input_doc)
+            elapsed = int((time.perf_counter() - started) * 1e6)
+            tracing.set_attributes(current, {"cosigner.effect": result.effect})
         shadow_bundle = snap.shadow_bundle(bundle.id)
         shadow, shadow_ref = None, None
         if shadow_bundle is not None:
@@ -341,8 +348,11 @@ async def run_bundle_traced(bundle: Bundle, input_doc: dict[str, Any]
         return deny(exc.code if exc.code in {"undefined", "policy_error"} else "policy_error",
                     exc.detail), bundle.ref(), None
     except Exception as exc:  # rule code is operator-written: any fault denies
-        log.error("policy rule raised in bundle %s@%s: %s: %s", bundle.id, bundle.version,
-                  type(exc).__name__, exc)
+        # The exception's text may quote argument values (never logged, invariant 10):
+        # its type and where the rule raised it are what the operator needs.
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        log.error("policy rule raised in bundle %s@%s: %s at %s:%s", bundle.id,
+                  bundle.version, type(exc).__name__, Path(where.filename).name, where.lineno)
         return deny("policy_error", f"rule raised {type(exc).__name__}"), bundle.ref(), None
     return result, evaluated_ref(bundle, revisions), revisions
 

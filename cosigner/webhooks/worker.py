@@ -20,6 +20,7 @@ from sqlalchemy import or_, select, update
 
 from cosigner.core.clock import Clock, numeric_date
 from cosigner.core.errors import CosignerError
+from cosigner.core.metrics import metrics
 from cosigner.core.settings import Settings
 from cosigner.db.database import Database
 from cosigner.db.tables_web import webhook_attempts, webhook_deliveries
@@ -151,3 +152,4 @@ class WebhookWorker:
                 error=error, duration_ms=duration_ms))
             await conn.execute(webhook_deliveries.update()
                                .where(webhook_deliveries.c.id == row.id).values(**values))
+        metrics().webhooks[(str(values.get("status", "retry")),)].inc()

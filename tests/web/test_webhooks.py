@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from cosigner.core.clock import numeric_date
+from cosigner.core.metrics import metrics
 from cosigner.db.tables_web import webhook_attempts, webhook_deliveries
 from cosigner.webhooks import signing
 from cosigner.webhooks.worker import MAX_ATTEMPTS, backoff_s
@@ -122,6 +123,7 @@ async def test_pending_and_decided_are_signed_with_masked_args(
 async def test_failing_receiver_is_retried_with_backoff_and_never_blocks(
         harness_factory: Any, tenant: str, receiver: Receiver, tmp_path: Path) -> None:
     receiver.statuses = [500, 503]
+    before = {status: _delivery_count(status) for status in ("retry", "delivered")}
     h = await _app(harness_factory, tenant, receiver.url, tmp_path)
     runtime = await h.headers(tenant, "runtime", subject="agent-runtime")
     decision = await h.client.post("/v1/decisions", headers=runtime, json=message_request())
@@ -140,6 +142,14 @@ async def test_failing_receiver_is_retried_with_backoff_and_never_blocks(
     attempts = await _attempts(h, tenant)
     assert [(a.attempt, a.status_code) for a in attempts] == [(1, 500), (2, 503), (3, 200)]
     assert len(receiver.calls) == 3
+    assert {status: _delivery_count(status) - count for status, count in before.items()} == {
+        "retry": 2, "delivered": 1}  # cosigner_webhook_deliveries_total
+
+
+def _delivery_count(status: str) -> float:
+    value = metrics().registry.get_sample_value("cosigner_webhook_deliveries_total",
+                                                {"status": status})
+    return value or 0.0
 
 
 async def test_unreachable_receiver_gives_up_after_max_attempts(

@@ -103,13 +103,29 @@ def _encode(body: Any) -> bytes:
                       separators=(",", ":")).encode("utf-8")
 
 
+def _trace_headers() -> dict[str, str]:
+    """W3C ``traceparent`` (and ``tracestate``) of the caller's current OpenTelemetry span,
+    so the server's spans join the agent step's trace; empty without opentelemetry-api or
+    outside a span."""
+    try:
+        from opentelemetry.propagate import inject
+    except ImportError:
+        return {}
+    carrier: dict[str, str] = {}
+    inject(carrier)
+    return carrier
+
+
 def _request_kwargs(step: Http) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"timeout": httpx.Timeout(max(step.timeout, 0.001))}
     if step.params:
         kwargs["params"] = dict(step.params)
+    headers = _trace_headers()
     if step.body is not None:
         kwargs["content"] = _encode(step.body)
-        kwargs["headers"] = {"Content-Type": "application/json"}
+        headers["Content-Type"] = "application/json"
+    if headers:
+        kwargs["headers"] = headers
     return kwargs
 
 

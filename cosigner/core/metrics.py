@@ -1,0 +1,154 @@
+"""Prometheus series of one process (README § Operations, Metrics).
+
+One :class:`Metrics` per process, made on first use by :func:`metrics` (never at import
+time), like prometheus-client's own default registry: the group committer, the webhook
+worker and the approval state machine record into it without being handed the app
+context. Label sets are bounded: effects, engines, outcomes and writers are closed sets;
+reason codes, refusal codes and bundle ids (operator-defined strings) get a child each up
+to :data:`MAX_CHILDREN` distinct values, then share ``"other"``. No label ever holds an id,
+a tenant of a request, or a tool name.
+
+Under ``cosigner serve --workers N`` the environment variable ``PROMETHEUS_MULTIPROC_DIR``
+is set before any worker starts: prometheus-client then keeps every counter and histogram
+in memory-mapped files that :func:`exposition` sums across the workers. Gauges that
+describe shared state (pending approvals, active bundles, signing key age) are computed at
+scrape time from the database and the process's own view (:mod:`cosigner.http.routes.metrics`).
+
+Hot path: children are bound once and kept in dicts keyed by their label values, so a
+decision costs two dict lookups, one ``observe`` and one ``inc``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+
+#: Distinct values of an open label (reason code, refusal code, bundle id) kept apart.
+MAX_CHILDREN = 64
+OTHER = "other"
+EFFECTS = ("allow", "deny", "require_approval")
+ENGINES = ("python", "rego", "opa", "none")
+WRITERS = ("decisions", "refusals")
+APPROVAL_OUTCOMES = ("approved", "rejected", "expired", "cancelled")
+WEBHOOK_STATUSES = ("delivered", "retry", "failed")
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    2.5, 5.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
+_APPROVAL_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86_400, 7 * 86_400, 30 * 86_400)
+
+
+class _Children:
+    """Bound children of one metric keyed by label values; open labels are capped."""
+
+    def __init__(self, metric: Any, known: Iterable[tuple[str, ...]] = ()) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {
+            key: metric.labels(*key) for key in known}
+
+    def __getitem__(self, key: tuple[str, ...]) -> Any:
+        child = self._children.get(key)
+        if child is None:
+            if len(self._children) >= MAX_CHILDREN:
+                key = tuple(OTHER for _ in key)
+                child = self._children.get(key)
+            if child is None:
+                child = self._children[key] = self._metric.labels(*key)
+        return child
+
+
+class Metrics:
+    """Every counter and histogram of the process (gauges are built at scrape time)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        pairs = [(e, g) for e in EFFECTS for g in ENGINES]
+        self.decision_seconds = _Children(Histogram(
+            "cosigner_decision_duration_seconds",
+            "Time to decide and durably record one decision, by effect and engine.",
+            ["effect", "engine"], buckets=_LATENCY_BUCKETS, registry=r), pairs)
+        self.decisions = _Children(Counter(
+            "cosigner_decisions", "Decisions by effect and first reason code.",
+            ["effect", "reason"], registry=r))
+        self.policy_seconds = _Children(Histogram(
+            "cosigner_policy_evaluation_duration_seconds",
+            "Time the active bundle took to evaluate one input, by bundle id.",
+            ["bundle"], buckets=_LATENCY_BUCKETS, registry=r))
+        self.redeems = _Children(Counter(
+            "cosigner_redeems", "Permit redeems: outcome redeemed, or the refusal code.",
+            ["outcome"], registry=r), [("redeemed",)])
+        self.approval_seconds = _Children(Histogram(
+            "cosigner_approval_decision_seconds",
+            "Time from an approval request opened to its terminal state, by outcome.",
+            ["outcome"], buckets=_APPROVAL_BUCKETS, registry=r),
+            [(o,) for o in APPROVAL_OUTCOMES])
+        self.log_write_failures = _Children(Counter(
+            "cosigner_decision_log_write_failures",
+            "Writes (decisions, redeems, refusals) whose group-commit batch failed: "
+            "each was answered 503 / deny, never acknowledged.",
+            ["writer"], registry=r), [(w,) for w in WRITERS])
+        self.batch_size = _Children(Histogram(
+            "cosigner_group_commit_batch_size", "Writes per group-commit transaction.",
+            ["writer"], buckets=_BATCH_BUCKETS, registry=r), [(w,) for w in WRITERS])
+        self.batch_wait = _Children(Histogram(
+            "cosigner_group_commit_wait_seconds",
+            "Time from the first write of a batch being queued to its COMMIT.",
+            ["writer"], buckets=_LATENCY_BUCKETS, registry=r), [(w,) for w in WRITERS])
+        self.webhooks = _Children(Counter(
+            "cosigner_webhook_deliveries", "Webhook delivery attempts by result.",
+            ["status"], registry=r), [(s,) for s in WEBHOOK_STATUSES])
+
+    def decided(self, *, effect: str, engine: str, reason: str, bundle: str | None,
+                seconds: float, policy_seconds: float | None) -> None:
+        """Record one recorded decision."""
+        self.decision_seconds[(effect, engine)].observe(seconds)
+        self.decisions[(effect, reason)].inc()
+        if bundle is not None and policy_seconds is not None:
+            self.policy_seconds[(bundle,)].observe(policy_seconds)
+
+
+@functools.cache
+def metrics() -> Metrics:
+    """The process's :class:`Metrics` (made on first use)."""
+    return Metrics()
+
+
+def multiprocess_dir() -> str | None:
+    """The folder prometheus-client's multiprocess mode writes to, when it is on."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def exposition(extra: Iterable[Metric] = ()) -> bytes:
+    """The text exposition (format 0.0.4): this process's series (or, in multiprocess
+    mode, every worker's, summed) followed by ``extra`` scrape-time families."""
+    registry = CollectorRegistry(auto_describe=False)
+    if multiprocess_dir() is not None:
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        body = generate_latest(registry)
+    else:
+        body = generate_latest(metrics().registry)
+    families = list(extra)
+    if families:
+        scrape = CollectorRegistry(auto_describe=False)
+        scrape.register(_Fixed(families))
+        body += generate_latest(scrape)
+    return body
+
+
+class _Fixed:
+    """A collector that yields metric families computed before the scrape."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families

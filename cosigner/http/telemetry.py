@@ -1,0 +1,94 @@
+"""Per-request telemetry: request id, the HTTP server span, the optional access log.
+
+A pure ASGI middleware (no response buffering). The request id is the caller's
+``X-Request-ID`` when it is short and plain (``[A-Za-z0-9._-]{1,64}``), else a new one; it is
+echoed in the response and set for every log line of the request
+(:mod:`cosigner.core.logs`). With tracing on, a W3C ``traceparent`` from the caller is the
+span's parent, so an agent step and its decision are one trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cosigner.core import logs, tracing
+
+access_log = logging.getLogger("cosigner.access")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+class RequestTelemetry:
+    """Set the request's log context and server span; write one access line if asked."""
+
+    def __init__(self, app: ASGIApp, *, access: bool = False) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = _header(scope, b"x-request-id")
+        rid = given if given and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        tokens = (logs.request_id.set(rid), logs.tenant.set(None), logs.decision_id.set(None))
+        status = 500
+        rid_header = (b"x-request-id", rid.encode())
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), rid_header]
+            await send(message)
+
+        started = time.perf_counter()
+        try:
+            if tracing.enabled():
+                await self._traced(scope, receive, send_wrapper)
+            else:
+                await self.app(scope, receive, send_wrapper)
+        finally:
+            if self.access:
+                access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], status,
+                                (time.perf_counter() - started) * 1000)
+            logs.request_id.reset(tokens[0])
+            logs.tenant.reset(tokens[1])
+            logs.decision_id.reset(tokens[2])
+
+    async def _traced(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        parent = tracing.extract(headers)
+        method = scope["method"]
+        with tracing.span(f"{method}", {"http.request.method": method,
+                                        "url.path": scope["path"]},
+                          context=parent, server=True) as current:
+            status: dict[str, Any] = {}
+
+            async def send_status(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    status["code"] = message["status"]
+                await send(message)
+
+            try:
+                await self.app(scope, receive, send_status)
+            finally:
+                route = scope.get("route")
+                template = getattr(route, "path", None)
+                if template:
+                    current.update_name(f"{method} {template}")
+                    current.set_attribute("http.route", template)
+                if "code" in status:
+                    current.set_attribute("http.response.status_code", status["code"])
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
