@@ -39,7 +39,8 @@ REQUESTS: dict[str, dict[str, Any]] = {
                                "tool": "issue_refund", "args": _REFUND_ARGS}},
     "post_run": {"contract": {"run_id": "run-contract-1",
                               "allowed_tools": ["get_order", "issue_refund"],
-                              "budget": {"max_tool_calls": 10, "max_cost": 500000}}},
+                              "budget": {"max_tool_calls": 10, "max_cost": 500000},
+                              "cost_args": {"issue_refund": "/amount_minor"}}},
     "post_outcome": {"ok": {"outcome": "ok", "side_effect": "committed", "cost_minor": 5000}},
 }
 
