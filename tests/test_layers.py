@@ -136,9 +136,6 @@ def test_imports_run_one_way_through_the_areas() -> None:
 def test_docstrings_name_modules_that_exist() -> None:
     """A ``cosigner.x.y`` or old ``server.x`` module named in the code's prose exists (the
     reshape of issue 14 left references to ``server.rejections`` and the like)."""
-    import importlib.util
-    import re
-
     # In backticks (``:mod:`x```) or parentheses, not URLs or logger names.
     named = re.compile(r"[`(]((?:cosigner|server)(?:\.[A-Za-z_]+)+)[`)]")
     offenders = []
