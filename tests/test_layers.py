@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,29 @@ def test_imports_run_one_way_through_the_areas() -> None:
             if other and other != area and RANKS[other] >= RANKS[area]:
                 offenders.append(f"{module} ({area}) imports {target} ({other})")
     assert not offenders, "\n".join(sorted(offenders))
+
+
+def test_docstrings_name_modules_that_exist() -> None:
+    """A ``cosigner.x.y`` or old ``server.x`` module named in the code's prose exists (the
+    reshape of issue 14 left references to ``server.rejections`` and the like)."""
+    # In backticks (``:mod:`x```) or parentheses, not URLs or logger names.
+    named = re.compile(r"[`(]((?:cosigner|server)(?:\.[A-Za-z_]+)+)[`)]")
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for name in named.findall(line):
+                if name.startswith("server.") or not _importable(name):
+                    offenders.append(f"{path.relative_to(PACKAGE.parent)}:{number}: {name}")
+    assert not offenders, "\n".join(offenders)
+
+
+def _importable(name: str) -> bool:
+    """``name`` is a module, or an attribute path below one (``cosigner.a.b.func``)."""
+    parts = name.split(".")
+    for end in range(len(parts), 1, -1):
+        try:
+            if importlib.util.find_spec(".".join(parts[:end])) is not None:
+                return True
+        except ModuleNotFoundError:
+            continue
+    return False

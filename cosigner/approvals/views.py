@@ -116,7 +116,7 @@ def view(row: Any, review_rows: list[Any], *, public_url: str, now: datetime,
         "policy": row.policy,
         "created_at": isoformat(_aware(row.created_at)),
         "decided_at": isoformat(_aware(row.decided_at)) if row.decided_at else None,
-        # A rejection stands (server.rejections) until this is set.
+        # A rejection stands (cosigner.approvals.rejections) until this is set.
         "rejection_withdrawn_at": (isoformat(_aware(withdrawn)) if (
             withdrawn := getattr(row, "withdrawn_at", None)) else None),
         "reviews": [{"subject": r.subject, "decision": r.decision, "role": r.role,

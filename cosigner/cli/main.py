@@ -95,8 +95,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         if problem is not None:
             print(f"error: not starting with --no-migrate: {problem}", file=sys.stderr)
             return 1
-    else:
-        upgrade_blocking(settings.database_url)
+    elif not _upgraded(upgrade_blocking, settings.database_url):
+        return 1
     if args.demo_tenant:
         asyncio.run(_bootstrap_demo(settings, args.demo_tenant))
     listen = f"http://{args.host}:{args.port}"
@@ -163,9 +163,23 @@ async def _bootstrap_demo(settings: Settings, tenant: str) -> None:
 def _migrate(args: argparse.Namespace, settings: Settings) -> int:
     from cosigner.db.migrate import upgrade_blocking
 
-    upgrade_blocking(settings.database_url)
+    if not _upgraded(upgrade_blocking, settings.database_url):
+        return 1
     print("database is up to date", file=sys.stderr)
     return 0
+
+
+def _upgraded(upgrade_blocking: Callable[[str], None], url: str) -> bool:
+    """Run the migrations; a revision that refuses (and changed nothing) is reported as
+    an error message, not a traceback. False then."""
+    from cosigner.db.migrate import MigrationStopped
+
+    try:
+        upgrade_blocking(url)
+    except MigrationStopped as exc:
+        print(f"error: migration stopped: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _add_key_args(p: argparse.ArgumentParser) -> None:

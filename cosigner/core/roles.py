@@ -29,7 +29,7 @@ BUILTIN_ROLES = frozenset({"runtime", "auditor", "admin", "operator", BARRIER_RO
                            BREAKGLASS_ROLE})
 #: The system tenant (operators, and the chain of system-wide events).
 SYSTEM_TENANT = "_system"
-_ROLE_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_ROLE_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}\Z")  # \Z: "$" allows a trailing \n
 
 
 def is_approver_role(role: str) -> bool:

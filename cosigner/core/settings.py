@@ -91,8 +91,8 @@ class Settings(BaseSettings):
     #: comma-separated in the environment). Default: none, not even loopback; then the
     #: client address is the TCP peer. ``cosigner serve --forwarded-allow-ips`` overrides it.
     forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    #: Sign-in limits (:class:`server.accounts.SigninLimits`): failures of one account name
-    #: (any address) before its back-off lock, failures from one address (any names)
+    #: Sign-in limits (:class:`cosigner.identity.accounts.SigninLimits`): failures of one
+    #: account name (any address) before its back-off lock, failures from one address (any names)
     #: before its lock, the counting window, the longest lock, and the first back-off.
     signin_account_limit: int = Field(default=5, ge=1, le=1000)
     signin_address_limit: int = Field(default=50, ge=2, le=100_000)

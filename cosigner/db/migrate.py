@@ -14,6 +14,7 @@ and does nothing. ``serve --no-migrate`` only checks (:func:`pending_message`).
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,13 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATION_LOCK_KEY = int.from_bytes(b"cosigner", "big") & 0x7FFF_FFFF_FFFF_FFFF
 #: How long a migrator waits for another one's lock (SQLite busy timeout).
 LOCK_WAIT_S = 600.0
+#: Module names Alembic gives revision files (``0007_subjects.py`` → ``0007_subjects_py``).
+_REVISION_MODULE = re.compile(r"\d{4}_\w+_py")
+
+
+class MigrationStopped(RuntimeError):
+    """A revision refused to run and changed nothing (``0007_subjects`` found subjects
+    that name one person); the message says what the operator must resolve."""
 
 
 def alembic_config(url: str) -> Config:
@@ -75,6 +83,12 @@ async def upgrade(url: str, *, lock_wait_s: float = LOCK_WAIT_S) -> None:
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
                                    {"key": MIGRATION_LOCK_KEY})
             await conn.run_sync(_upgrade_sync, url)
+    except RuntimeError as exc:
+        # A revision's own refusal (its exception class lives in the revision file,
+        # which imports nothing from cosigner): the report, without a traceback.
+        if _REVISION_MODULE.fullmatch(type(exc).__module__):
+            raise MigrationStopped(str(exc)) from exc
+        raise
     finally:
         await engine.dispose()
 

@@ -30,7 +30,7 @@ principals = Table(
     metadata,
     Column("id", String(36), primary_key=True),
     Column("tenant", String(128), nullable=False),
-    # Canonical form (server.subjects): the identity every other table records, and what
+    # Canonical form (cosigner.core.subjects): the identity every other table records, and what
     # the unique key compares, so two spellings of one person can never both exist.
     Column("subject", String(256), nullable=False),
     Column("display_name", String(256), nullable=True),  # the spelling it was created with

@@ -5,7 +5,7 @@ anything shown or exported goes through :func:`cosigner.approvals.reviews.displa
 unique index ``uq_approvals_pending_call`` is the join rule: one *pending* request per
 (tenant, run, tool, args hash), enforced by the database across replicas. The partial index
 ``ix_approvals_rejected_call`` finds the standing rejections of a call
-(:mod:`server.rejections`).
+(:mod:`cosigner.approvals.rejections`).
 
 ``call_inputs`` keeps the policy input of every ``allow`` / ``require_approval`` decision
 (without ``now``) so a redeem can re-evaluate the currently active policy on the same input.
@@ -55,7 +55,7 @@ approvals = Table(
     Column("decided_at", DateTime(timezone=True), nullable=True),
     Column("permit_jti", String(64), nullable=True),
     Column("permit", JSON, nullable=True),  # {token, jti, expires_at} once approved
-    # A rejection sticks (server.rejections) until withdrawn: when, and by whom (actor).
+    # A rejection sticks (cosigner.approvals.rejections) until withdrawn: when, and by whom (actor).
     Column("withdrawn_at", DateTime(timezone=True), nullable=True),
     Column("withdrawn_by", JSON, nullable=True),
     # Break-glass (cosigner.approvals.breakglass): {by: actor, reason, at}; then the

@@ -2,7 +2,8 @@
 
 Flow (DESIGN § Data flow): args hash (RFC 8785) → idempotency check → run contract →
 tool catalogue (schema, unknown tool) → policy evaluation (active + shadow) → a standing
-rejection of the same call in the run wins over policy (:mod:`server.rejections`) → one write
+rejection of the same call in the run wins over policy
+(:mod:`cosigner.approvals.rejections`) → one write
 holding the decision row, its decision-log events, the run counters, the approval
 request or the permit row. Writes go through the process's group committer: many
 decisions share one transaction and one COMMIT, and a response is released only after
@@ -81,7 +82,7 @@ def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item
         # Decisions taken without a contract pre-read: confirm under the write lock that
         # their run still has none, else they are decided again with it. Allowed calls:
         # confirm nobody rejected the same call in the run, else they are decided again
-        # on the locked path, which denies them (server.rejections).
+        # on the locked path, which denies them (cosigner.approvals.rejections).
         assumed: list[Assumed] = [item.assumes for item in written]
         runs = {a.run for a in assumed if a is not None}
         calls = {a.call for a in assumed if a is not None and a.call is not None}

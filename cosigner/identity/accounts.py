@@ -13,7 +13,7 @@ Sign-in limits (:class:`SigninLimits`, from settings) are kept in the database (
   doubling with each further failure up to ``lockout_s``. It applies from every address:
   a correct password for a locked name still fails until the lock ends.
 * **the client address** (``address:<ip>``, the real peer or, behind a trusted proxy, the
-  address the proxy saw; :mod:`server.api.proxies`): ``address`` failures within the window
+  address the proxy saw; :mod:`cosigner.http.proxies`): ``address`` failures within the window
   lock every name from that address for ``lockout_s`` (password spraying). A failure on a
   name already at its own limit does not count here, so a flood on one name never locks
   its address for the others there; a locked address never locks a name tried elsewhere.

@@ -35,8 +35,9 @@ from cosigner.core.subjects import canonical_subject
 from cosigner.db.database import Database
 from cosigner.db.tables import api_keys, principals
 
-_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_KEY_RE = re.compile(r"^csk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+#: ``\Z``, not ``$``: ``$`` also matches before a trailing newline (``"acme\n"``).
+_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+_KEY_RE = re.compile(r"^csk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})\Z")
 #: How long a looked-up key id (known or not) stays cached in process (s). A disable is
 #: followed sooner, through the credential generation (:meth:`KeyAuthenticator.observe`).
 KEY_CACHE_TTL_S = 10.0

@@ -148,6 +148,9 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
 
     async def work(conn: AsyncConnection) -> Write:
         # In the decision log's group commit: one COMMIT for many redeems and decisions.
+        rejected = await _standing_rejection(conn, caller.tenant, redeemed)
+        if rejected is not None:
+            return await _revoke_rejected(conn, caller, redeemed, rejected, now)
         result = await conn.execute(_REDEEM, {"p_jti": redeemed.jti,
                                               "p_tenant": caller.tenant, "p_at": now})
         if result.rowcount == 1:
@@ -166,6 +169,41 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
     return {"status": "redeemed", "jti": claims.jti, "decision_id": claims.decision_id,
             "approval_id": claims.approval_id, "tool": claims.tool,
             "args_hash": claims.args_hash, "redeemed_at": isoformat(now)}
+
+
+_STANDING_REJECTION = select(approvals.c.id).where(
+    approvals.c.tenant == bindparam("tenant"), approvals.c.run_id == bindparam("run_id"),
+    approvals.c.tool == bindparam("tool"), approvals.c.args_hash == bindparam("args_hash"),
+    approvals.c.status == "rejected", approvals.c.withdrawn_at.is_(None)).limit(1)
+
+
+async def _standing_rejection(conn: AsyncConnection, tenant: str,
+                              claims: PermitClaims) -> str | None:
+    """The id of a standing rejection of the permit's call (tenant, run, tool, args hash),
+    read in the redeem's write transaction: a permit minted for the same call before a
+    reviewer rejected it (a sibling decision, or one racing the rejection) never runs it
+    (rejections stick, issue 13). One lookup in the partial index of standing
+    rejections (``ix_approvals_rejected_call``)."""
+    found = (await conn.execute(_STANDING_REJECTION, {
+        "tenant": tenant, "run_id": claims.run, "tool": claims.tool,
+        "args_hash": claims.args_hash})).scalar()
+    return None if found is None else str(found)
+
+
+async def _revoke_rejected(conn: AsyncConnection, caller: Caller, claims: PermitClaims,
+                           approval_id: str, now: datetime) -> Write:
+    """Revoke the permit of a rejected call and refuse the redeem with ``revoked``."""
+    events: list[Event] = []
+    result = await conn.execute(permits_table.update().where(
+        permits_table.c.jti == claims.jti, permits_table.c.tenant == caller.tenant,
+        permits_table.c.status == "issued").values(status="revoked", revoked_at=now))
+    if result.rowcount == 1:
+        events.append(_claims_event("permit.revoked", caller, claims, {
+            "reason": "rejected_by_reviewer", "rejected_approval_id": approval_id}))
+    refusal = PermitRefused(f"a reviewer rejected this call in its run (approval "
+                            f"{approval_id}); the permit was revoked", code="revoked")
+    events.append(_claims_event("permit.refused", caller, claims, {"code": refusal.code}))
+    return Write(caller.tenant, [replace(event, time=now) for event in events], refusal)
 
 
 def _claims_event(kind: str, caller: Caller, claims: PermitClaims,

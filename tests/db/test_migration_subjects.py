@@ -94,3 +94,21 @@ def test_k29_colliding_principals_stop_the_migration_with_a_report(empty_url: st
             ("p-4", "alice@corp.example", "ALICE@corp.example")]
 
     asyncio.run(run())
+
+
+def test_k29_cli_migrate_reports_a_collision_without_a_traceback(
+        empty_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from cosigner.cli.main import main
+
+    async def prepare() -> None:
+        await _upgrade_to(empty_url, "0006_linear")
+        await _principal(empty_url, "p-1", "acme", "alice@corp.example")
+        await _principal(empty_url, "p-2", "acme", "ＡＬＩＣＥ@corp.example")
+
+    asyncio.run(prepare())
+    monkeypatch.setenv("COSIGNER_DATABASE_URL", empty_url)
+    assert main(["migrate"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: migration stopped: 0007_subjects stopped"), err
+    assert "id p-1" in err and "id p-2" in err and "Traceback" not in err

@@ -280,9 +280,13 @@ def test_operator_keys_exist_only_in_system_and_come_from_the_cli(
     add = ["principals", "add-key", "--subject", ops]
     assert main([*add, "--tenant", "_system", "--role", "operator"]) == 0
     assert capsys.readouterr().out.strip().startswith("csk_")
-    for tenant_id, role in (("_system", "admin"), (tenant, "operator"), ("_other", "operator")):
+    for tenant_id, role in (("_system", "admin"), (tenant, "operator"), ("_other", "operator"),
+                            (f"{tenant}\n", "admin"), ("_system\n", "operator")):
         assert main([*add, "--tenant", tenant_id, "--role", role]) == 1
         assert "invalid_" in capsys.readouterr().err
+    # A trailing newline is not a tenant id or a role name ("$" would have let it pass).
+    from cosigner.core.roles import is_approver_role
+    assert is_approver_role("finance") and not is_approver_role("finance\n")
     # An operator is disabled like any principal (its keys are revoked).
     assert main(["principals", "disable", ops, "--tenant", "_system"]) == 0
 

@@ -292,3 +292,41 @@ async def test_an_admin_may_withdraw_but_never_the_requesting_side(
     again = await _decide(url, runtime, _again(body))
     assert again["effect"] == "require_approval"
     assert again["approval"]["id"] != approval_id
+
+
+async def test_a_rejection_revokes_a_permit_minted_for_the_same_call_before_it(
+        live: tuple[str, str], tenant: str) -> None:
+    """A sibling ``allow`` of the same call (or one racing the rejection) got a permit
+    before the reviewer rejected the call: redeeming it afterwards is refused (the
+    rejection sticks at the time of use too) and the permit is revoked."""
+    url, database_url = live
+    runtime = await _key(database_url, tenant, "orchestrator", "runtime")
+    finance = await _key(database_url, tenant, "fiona", "finance")
+    body = scripted({"effect": "allow"})
+    first = await _decide(url, runtime, body)
+    sibling = await _decide(url, runtime, _again(body))
+    assert first["effect"] == sibling["effect"] == "allow" and sibling["permit"] is not None
+    asked = await _post(url, "/v1/approvals", runtime,
+                        {"decision_id": first["decision_id"], "reason": "looks odd"})
+    approval_id = asked.json()["id"]
+    rejected = await _post(url, f"/v1/approvals/{approval_id}/reviews", finance,
+                           {"decision": "rejected", "comment": "wrong customer"})
+    assert rejected.json()["status"] == "rejected"
+
+    redeem = {"permit": sibling["permit"]["token"], "tool": body["tool"]["name"],
+              "args": body["args"]}
+    refused = await _post(url, "/v1/permits/redeem", runtime, redeem)
+    assert (refused.status_code, refused.json()["code"]) == (409, "revoked"), refused.text
+    assert approval_id in refused.json()["detail"]
+    again = await _post(url, "/v1/permits/redeem", runtime, redeem)
+    assert (again.status_code, again.json()["code"]) == (409, "revoked")
+    revoked = await _events(database_url, tenant, "permit.revoked")
+    assert [e["payload"]["reason"] for e in revoked
+            if e["payload"].get("rejected_approval_id") == approval_id] == [
+        "rejected_by_reviewer"]
+
+    # Another run's permit for the same tool and arguments is another call: it redeems.
+    other = await _decide(url, runtime, scripted({"effect": "allow"}))
+    ok = await _post(url, "/v1/permits/redeem", runtime, {
+        "permit": other["permit"]["token"], "tool": "delete_file", "args": {"path": "/tmp/a"}})
+    assert ok.status_code == 200, ok.text
