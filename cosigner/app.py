@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from cosigner import web
 from cosigner.context import AppContext
 from cosigner.core.clock import Clock, system_clock
+from cosigner.core.load import Shedding
 from cosigner.core.settings import Settings, get_settings
 from cosigner.db.database import Database
 from cosigner.decisions.pdp import decision_log_writer
@@ -33,11 +34,13 @@ from cosigner.http.routes import policies as policies_routes
 from cosigner.http.routes import runs as runs_routes
 from cosigner.http.routes import tools as tools_routes
 from cosigner.identity.principals import KeyAuthenticator
+from cosigner.identity.quotas import Quotas
 from cosigner.keys.store import open_keyring
 from cosigner.permits.redeem import refusal_writer
 from cosigner.policy.cases import check_bundle
 from cosigner.policy.store import PolicyStore, engine_factory
 from cosigner.tasks import Tasks
+from cosigner.webhooks.outbox import Backlog
 
 log = logging.getLogger("cosigner")
 
@@ -48,6 +51,8 @@ async def build_context(settings: Settings, clock: Clock) -> AppContext:
     db = Database(settings.database_url, busy_timeout_ms=settings.db_busy_timeout_ms)
     key_store, keyring = await open_keyring(db, settings, now=clock())
     # Managed: nothing is active until the follower installs the stored policy state.
+    shedding = Shedding(hold_s=settings.overload_hold_s,
+                        retry_after_s=settings.overload_retry_after_s)
     store = PolicyStore(settings.bundle_dirs, managed=True, engine_factory=engine_factory(
         opa_url=settings.opa_url, opa_timeout_ms=settings.opa_timeout_ms))
     snapshot = store.reload(check=check_bundle)
@@ -56,8 +61,10 @@ async def build_context(settings: Settings, clock: Clock) -> AppContext:
     return AppContext(settings=settings, clock=clock, db=db, store=store, keyring=keyring,
                       key_store=key_store,
                       authenticator=KeyAuthenticator(db),
-                      log_writer=decision_log_writer(db, settings),
-                      refusals=refusal_writer(db))
+                      log_writer=decision_log_writer(db, settings, shedding),
+                      refusals=refusal_writer(db, settings, shedding),
+                      quotas=Quotas(settings, db, clock), shedding=shedding,
+                      webhook_backlog=Backlog(settings.webhook_backlog_max))
 
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:

@@ -10,7 +10,9 @@
 * the policy follower: the stored active/shadow versions (:mod:`cosigner.policy.follower`,
   which also records what this process loaded);
 * the audit checkpointer (signed checkpoints) and the keyring's startup events;
-* the webhook delivery worker, when any receiver is configured.
+* the webhook delivery worker, when any receiver is configured (it also counts the
+  backlog that bounds new approval requests);
+* the totals of rate-limit refusals per ended window (:meth:`Quotas.flush`).
 
 :meth:`Tasks.stop` stops them in reverse order; each loop is cancelled and awaited by one
 helper, so a loop never outlives the app that started it.
@@ -46,7 +48,8 @@ class Tasks:
             ctx.db, ctx.keyring, ctx.clock,
             every_events=settings.checkpoint_every_events, every_s=settings.checkpoint_every_s)
         self.webhook_worker: WebhookWorker | None = (
-            WebhookWorker(ctx.db, settings, ctx.clock) if settings.webhooks else None)
+            WebhookWorker(ctx.db, settings, ctx.clock, backlog=ctx.webhook_backlog)
+            if settings.webhooks else None)
         self._loops: list[asyncio.Task[None]] = []
         self.policy_follower = PolicyFollower(
             ctx.store, ctx.db, ctx.clock, interval_s=settings.policy_poll_interval_ms / 1000)
@@ -72,6 +75,7 @@ class Tasks:
         await self._record_startup()
         self._loops.append(asyncio.create_task(self._sweep(), name="approval-sweeper"))
         self._loops.append(asyncio.create_task(self.checkpointer.run(), name="audit-checkpoints"))
+        self._loops.append(asyncio.create_task(self._flush_refusals(), name="quota-refusals"))
         if self.webhook_worker is not None:
             self.webhook_worker.start()
 
@@ -82,6 +86,8 @@ class Tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._loops.clear()
+        with contextlib.suppress(CosignerError):
+            await self.ctx.quotas.flush(everything=True)
         await self.policy_follower.stop()
         await self.ctx.refusals.stop()
         await self.ctx.log_writer.stop()
@@ -107,3 +113,10 @@ class Tasks:
                     log.info("expired %d approval requests", count)
             except CosignerError as exc:  # storage down: try again next round
                 log.warning("approval sweep failed: %s", exc.detail)
+
+    async def _flush_refusals(self) -> None:
+        """Write the totals of ended rate-limit windows (:mod:`cosigner.identity.quotas`)."""
+        every = max(1.0, self.ctx.settings.rate_limit_log_window_s / 4)
+        while True:
+            await asyncio.sleep(every)
+            await self.ctx.quotas.flush()

@@ -27,6 +27,7 @@ from cosigner.core.canonical import args_hash as compute_args_hash
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import CosignerError, IdempotencyConflict
+from cosigner.core.load import Shedding
 from cosigner.core.settings import Settings
 from cosigner.db.batch import Item, Write, savepoint_runner
 from cosigner.db.database import Database, UniqueViolation
@@ -55,7 +56,8 @@ class DecisionRequest:
     raw: dict[str, Any]
 
 
-def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item]:
+def decision_log_writer(db: Database, settings: Settings,
+                        shedding: Shedding | None = None) -> GroupCommitter[Item]:
     """The group committer for decisions and redeems: one transaction and one COMMIT per
     batch; the events of the items that succeeded are chained per tenant, and what the
     prepared decisions assumed (no run contract, no standing rejection of an allowed
@@ -93,7 +95,10 @@ def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item
 
     return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=confirm),
                           max_batch=settings.log_batch_max,
-                          max_wait_s=settings.log_batch_wait_ms / 1000)
+                          max_wait_s=settings.log_batch_wait_ms / 1000,
+                          max_queue=settings.log_queue_max,
+                          max_queue_per_key=settings.log_queue_per_tenant_max,
+                          shedding=shedding, name="log_writer")
 
 
 def input_document(caller: Caller, req: DecisionRequest, *, now: str,
@@ -204,7 +209,12 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
         decision_id=str(uuid.uuid4()), now=now, evaluation=evaluation, input_doc=input_doc,
         mask=mask + evaluation.result.mask, contract=run_state is not None, locked=locked)
     try:
-        written: Write = await deps.log_writer.submit(plan.item())
+        if evaluation.result.effect == "require_approval":
+            await deps.quotas.count_approval(caller)
+            if deps.webhook_backlog.full(tenant):
+                raise deps.shedding.shed("webhooks", "the tenant's webhook backlog is full; "
+                                         "no approval request opens until it drains")
+        written: Write = await deps.log_writer.submit(plan.item(), key=tenant)
     except UniqueViolation:
         # A concurrent retry with the same request_id won the insert: answer with it.
         async with deps.db.read() as conn:

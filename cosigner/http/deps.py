@@ -29,16 +29,20 @@ def context(request: Request) -> AppContext:
 
 
 async def authenticate(request: Request) -> Caller:
-    """The caller of an API request, from ``Authorization: Bearer <key>`` only.
+    """The caller of an API request, from ``Authorization: Bearer <key>`` only, counted
+    against its credential's and tenant's rate limits (:mod:`cosigner.identity.quotas`).
 
     Raises:
         Unauthenticated: no or invalid credential (401).
+        RateLimited: a limit of the credential or tenant is used up (429).
     """
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthenticated("an API key is required (Authorization: Bearer ...)")
-    caller: Caller = await context(request).authenticator.authenticate(key.strip())
+    ctx = context(request)
+    caller: Caller = await ctx.authenticator.authenticate(key.strip())
+    await ctx.quotas.admit(caller)
     return caller
 
 
@@ -50,5 +54,6 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
         "schema": {"$ref": "#/components/schemas/ProblemV1"}}}}
     for status, text in ((400, "Malformed JSON"), (401, "Not authenticated"),
                          (403, "Not allowed"), (409, "Conflict"), (413, "Body too large"),
-                         (422, "Invalid request"), (503, "Cannot record; treat as deny"))
+                         (422, "Invalid request"), (429, "Rate limited (Retry-After)"),
+                         (503, "Cannot record or overloaded (Retry-After); treat as deny"))
 }

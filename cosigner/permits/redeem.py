@@ -21,6 +21,8 @@ from cosigner.context import AppContext, Refusal
 from cosigner.core.canonical import args_hash
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import InvalidArgs, PermitRefused
+from cosigner.core.load import Shedding
+from cosigner.core.settings import Settings
 from cosigner.db.batch import Write
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
@@ -141,7 +143,7 @@ async def redeem(deps: AppContext, caller: Caller, *, token: str, tool: str, arg
         event = _claims_event("permit.refused", caller, redeemed, {"code": refusal.code})
         return Write(caller.tenant, [replace(event, time=now)], refusal)
 
-    written: Write = await deps.log_writer.submit(work)
+    written: Write = await deps.log_writer.submit(work, key=caller.tenant)
     if isinstance(written.result, PermitRefused):
         raise written.result
     return {"status": "redeemed", "jti": claims.jti, "decision_id": claims.decision_id,
@@ -172,10 +174,11 @@ def _refusal_event(caller: Caller, exc: PermitRefused, claims: PermitClaims | No
 
 async def _log(deps: AppContext, tenant: str, event: Event, now: datetime) -> None:
     """Append one refusal event durably, batched through ``deps.refusals``."""
-    await deps.refusals.submit((tenant, event, now))
+    await deps.refusals.submit((tenant, event, now), key=tenant)
 
 
-def refusal_writer(db: Database) -> GroupCommitter[Refusal]:
+def refusal_writer(db: Database, settings: Settings,
+                   shedding: Shedding | None = None) -> GroupCommitter[Refusal]:
     """The group committer for refused redeems: each batch of refusal events is appended in
     one transaction, so a storm of replays or concurrent redeems costs one COMMIT per batch
     instead of one per refusal, and each refusal is still durable before its response."""
@@ -189,7 +192,8 @@ def refusal_writer(db: Database) -> GroupCommitter[Refusal]:
                 await append(conn, tenant, [event], now=now)
         return [None] * len(items)
 
-    return GroupCommitter(run_batch)
+    return GroupCommitter(run_batch, max_queue=settings.refusal_queue_max,
+                          shedding=shedding, name="refusals")
 
 
 async def _counted_roles(conn: AsyncConnection, approval_id: str | None) -> list[str] | None:

@@ -40,6 +40,10 @@ async def post_approval(request: Request, caller: CallerDep) -> dict[str, Any]:
     """
     ctx = context(request)
     body, _ = await strict_body(request, ReviewAskV1, ctx.settings.max_body_bytes)
+    await ctx.quotas.count_approval(caller)
+    if ctx.webhook_backlog.full(caller.tenant):
+        raise ctx.shedding.shed("webhooks", "the tenant's webhook backlog is full; no "
+                                "approval request opens until it drains")
     return await approval_requests.request_review(ctx, caller, decision_id=body.decision_id,
                                           reason=body.reason)
 
