@@ -25,6 +25,7 @@ from cosigner.decisions.pdp import decision_log_writer
 from cosigner.http import problems
 from cosigner.http.models.decisions import ProblemV1
 from cosigner.http.proxies import TrustedProxies
+from cosigner.http.ratelimit import RateLimit
 from cosigner.http.routes import approvals as approvals_routes
 from cosigner.http.routes import audit as audit_routes
 from cosigner.http.routes import decisions as decisions_routes
@@ -107,6 +108,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(tools_routes.router)
     app.include_router(audit_routes.router)
     web.install(app)
+    # Rate limits before routing: a refused request must cost far less than a decision.
+    app.add_middleware(RateLimit)
     # Outermost, so every route and middleware sees the real client, scheme and host.
     app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
     _register_schemas(app)

@@ -9,6 +9,7 @@ from fastapi import Depends, Request, Response
 
 from cosigner.context import AppContext
 from cosigner.core.errors import Unauthenticated
+from cosigner.http.ratelimit import CALLER_STATE
 from cosigner.identity.principals import Caller
 
 
@@ -40,6 +41,9 @@ async def authenticate(request: Request) -> Caller:
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthenticated("an API key is required (Authorization: Bearer ...)")
+    admitted: Caller | None = getattr(request.state, CALLER_STATE, None)
+    if admitted is not None:  # authenticated and counted at the door (http.ratelimit)
+        return admitted
     ctx = context(request)
     caller: Caller = await ctx.authenticator.authenticate(key.strip())
     await ctx.quotas.admit(caller)

@@ -46,22 +46,23 @@ def _assert_problem(response: httpx.Response, status: int, code: str) -> None:
 
 async def test_credential_burst_answers_429_with_retry_after_and_logs_refusals_bounded(
         harness_factory: Callable[..., Awaitable[Harness]], tenant: str) -> None:
-    harness = await harness_factory(rate_limits=_limits(credential_burst=3))
-    headers = await harness.headers(tenant, "runtime")
-    other = await harness.headers(tenant, "runtime")  # another credential, same tenant
+    # 1/s sustained is counted over 10 s: 10 requests pass, then the credential waits.
+    harness = await harness_factory(rate_limits=_limits(credential_per_s=1))
+    headers = await harness.headers(tenant, "runtime", subject="rt-1")
+    other = await harness.headers(tenant, "runtime", subject="rt-2")  # another credential
     responses = [await harness.client.post("/v1/decisions", headers=headers,
-                                           json=decision_request()) for _ in range(10)]
-    assert [r.status_code for r in responses[:3]] == [200] * 3
-    for refused in responses[3:]:
+                                           json=decision_request()) for _ in range(17)]
+    assert [r.status_code for r in responses[:10]] == [200] * 10
+    for refused in responses[10:]:
         _assert_problem(refused, 429, "rate_limited")
-        assert refused.json()["limit"] == "credential_burst"
+        assert refused.json()["limit"] == "credential_per_s"
     # The limit is the credential's: another key of the tenant still decides.
     assert (await harness.client.post("/v1/decisions", headers=other,
                                       json=decision_request())).status_code == 200
     # Seven refusals, one event so far (the window's first, durable before its 429) ...
     first = await _refusal_events(harness, tenant)
     assert [(e["limit"], e["refused"], e["aggregate"]) for e in first] == [
-        ("credential_burst", 1, "first")]
+        ("credential_per_s", 1, "first")]
     # ... and one more with the window's total once it is flushed.
     assert await harness.context.quotas.flush(everything=True) == 1
     events = await _refusal_events(harness, tenant)
@@ -71,13 +72,14 @@ async def test_credential_burst_answers_429_with_retry_after_and_logs_refusals_b
 
 async def test_tenant_limit_sheds_the_flooding_tenant_not_the_other(
         harness_factory: Callable[..., Awaitable[Harness]], tenant: str) -> None:
-    harness = await harness_factory(rate_limits=_limits(tenant_burst=5))
-    flooding = [await harness.headers(tenant, "runtime") for _ in range(3)]
+    harness = await harness_factory(rate_limits=_limits(tenant_per_s=1))  # 10 per 10 s
+    flooding = [await harness.headers(tenant, "runtime", subject=f"rt-{i}")
+                for i in range(3)]
     quiet = await harness.headers(tenant + "-b", "runtime")
     statuses = [(await harness.client.post("/v1/decisions", headers=flooding[i % 3],
                                            json=decision_request())).status_code
-                for i in range(12)]
-    assert statuses.count(200) == 5 and statuses.count(429) == 7
+                for i in range(15)]
+    assert statuses[:10] == [200] * 10 and statuses[10:] == [429] * 5
     response = await harness.client.post("/v1/decisions", headers=quiet,
                                          json=decision_request())
     assert response.status_code == 200

@@ -26,7 +26,6 @@ async def post_decision(request: Request, caller: CallerDep) -> Response:
     """
     caller.require("runtime")
     ctx = context(request)
-    await ctx.quotas.count_decision(caller)
     try:
         model, data = await strict_body(request, DecisionRequestV1,
                                         ctx.settings.max_body_bytes)
