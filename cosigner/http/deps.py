@@ -47,6 +47,8 @@ async def authenticate(request: Request) -> Caller:
     ctx = context(request)
     caller: Caller = await ctx.authenticator.authenticate(key.strip())
     await ctx.quotas.admit(caller)
+    if request.method == "POST" and request.url.path == "/v1/decisions":
+        await ctx.quotas.count_decision(caller)
     return caller
 
 

@@ -2,13 +2,14 @@
 
 A refused request must cost far less than a decision, or a tenant flooding at several
 times capacity still takes the CPU every other tenant needs (case K30). So for
-``/v1/*`` this middleware authenticates the bearer key (the key cache answers without the
-database) and counts the request against its credential's and tenant's limits — and
-``POST /v1/decisions`` against the tenant's decision quota — before routing, validation
-or dependencies run (:mod:`cosigner.identity.quotas`). Past a limit it answers the 429
-problem itself (``rate_limited``, ``Retry-After``). An admitted caller is left in the
-request state, so the route's :func:`cosigner.http.deps.authenticate` does not count it
-twice; a key it cannot authenticate is left to the route (401 there, with its problem).
+``/v1/*`` this middleware authenticates the bearer key from the key cache only (never
+the database) and counts the request against its credential's and tenant's limits —
+and ``POST /v1/decisions`` against the tenant's decision quota — before routing,
+validation or dependencies run (:mod:`cosigner.identity.quotas`). Past a limit it
+answers the 429 problem itself (``rate_limited``, ``Retry-After``). An admitted caller
+is left in the request state, so :func:`cosigner.http.deps.authenticate` does not count
+it twice; a key the cache does not hold goes to the route, which authenticates it (401
+there) and counts it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cosigner.core.errors import CosignerError, RateLimited
+from cosigner.core.errors import RateLimited
 from cosigner.http.problems import PROBLEM_TYPE
 
 #: Key of the admitted :class:`Caller` in the ASGI scope's ``state``.
@@ -40,10 +41,9 @@ class RateLimit:
         if key is None or ctx is None:
             await self.app(scope, receive, send)
             return
-        try:
-            caller = await ctx.authenticator.authenticate(key)
-        except CosignerError:
-            await self.app(scope, receive, send)  # the route answers 401/503 itself
+        caller = ctx.authenticator.cached(key)
+        if caller is None:
+            await self.app(scope, receive, send)  # the route authenticates and counts
             return
         try:
             await ctx.quotas.admit(caller)
