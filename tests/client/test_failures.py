@@ -158,7 +158,7 @@ def test_rate_limited_is_retried_after_retry_after_within_the_deadline(
     proxy = FaultProxy(strict.url)
     try:
         _spend(strict, key)
-        with gate(proxy.url, key, timeout=8, retries=4) as g:
+        with gate(proxy.url, key, timeout=15, retries=4) as g:
             decision = g.decide("get_order", ORDER)
         assert decision.effect == "allow", decision.error
         assert proxy.seen["POST /v1/decisions"] >= 2  # refused first, then waited
