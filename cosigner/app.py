@@ -19,12 +19,14 @@ from cosigner import web
 from cosigner.context import AppContext
 from cosigner.core import tracing
 from cosigner.core.clock import Clock, system_clock
+from cosigner.core.load import Shedding
 from cosigner.core.settings import Settings, get_settings
 from cosigner.db.database import Database
 from cosigner.decisions.pdp import decision_log_writer
 from cosigner.http import openapi, problems
 from cosigner.http.metrics_port import serve_metrics
 from cosigner.http.proxies import TrustedProxies
+from cosigner.http.ratelimit import RateLimit
 from cosigner.http.routes import approvals as approvals_routes
 from cosigner.http.routes import audit as audit_routes
 from cosigner.http.routes import decisions as decisions_routes
@@ -36,11 +38,13 @@ from cosigner.http.routes import runs as runs_routes
 from cosigner.http.routes import tools as tools_routes
 from cosigner.http.telemetry import RequestTelemetry
 from cosigner.identity.principals import KeyAuthenticator
+from cosigner.identity.quotas import Quotas
 from cosigner.keys.store import open_keyring
 from cosigner.permits.redeem import refusal_writer
 from cosigner.policy.cases import check_bundle
 from cosigner.policy.store import PolicyStore, engine_factory
 from cosigner.tasks import Tasks
+from cosigner.webhooks.outbox import Backlog
 
 log = logging.getLogger("cosigner")
 
@@ -56,6 +60,8 @@ async def build_context(settings: Settings, clock: Clock) -> AppContext:
     db = Database(settings.database_url, busy_timeout_ms=settings.db_busy_timeout_ms)
     key_store, keyring = await open_keyring(db, settings, now=clock())
     # Managed: nothing is active until the follower installs the stored policy state.
+    shedding = Shedding(hold_s=settings.overload_hold_s,
+                        retry_after_s=settings.overload_retry_after_s)
     store = PolicyStore(settings.bundle_dirs, managed=True, engine_factory=engine_factory(
         opa_url=settings.opa_url, opa_timeout_ms=settings.opa_timeout_ms))
     snapshot = store.reload(check=check_bundle)
@@ -66,8 +72,10 @@ async def build_context(settings: Settings, clock: Clock) -> AppContext:
     return AppContext(settings=settings, clock=clock, db=db, store=store, keyring=keyring,
                       key_store=key_store,
                       authenticator=KeyAuthenticator(db),
-                      log_writer=decision_log_writer(db, settings),
-                      refusals=refusal_writer(db))
+                      log_writer=decision_log_writer(db, settings, shedding),
+                      refusals=refusal_writer(db, settings, shedding),
+                      quotas=Quotas(settings, db, clock), shedding=shedding,
+                      webhook_backlog=Backlog(settings.webhook_backlog_max))
 
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
@@ -123,6 +131,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(audit_routes.router)
     web.install(app)
     app.add_middleware(RequestTelemetry, access=settings.access_log)
+    # Rate limits before routing: a refused request must cost far less than a decision.
+    app.add_middleware(RateLimit)
     # Outermost, so every route and middleware sees the real client, scheme and host.
     app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
     openapi.install(app)

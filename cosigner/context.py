@@ -16,15 +16,18 @@ from datetime import datetime
 
 from cosigner.audit.chain import Event
 from cosigner.core.clock import Clock
+from cosigner.core.load import Shedding
 from cosigner.core.settings import Settings
 from cosigner.db.batch import Item
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
 from cosigner.identity.principals import KeyAuthenticator
+from cosigner.identity.quotas import Quotas
 from cosigner.keys.keyring import Keyring
 from cosigner.keys.store import KeyStore
 from cosigner.policy.store import PolicyStore
 from cosigner.runs.contracts import ContractedRuns
+from cosigner.webhooks.outbox import Backlog
 
 #: ``(tenant, event, now)`` of one refused redeem to log through :attr:`AppContext.refusals`.
 Refusal = tuple[str, Event, datetime]
@@ -39,7 +42,8 @@ class AppContext:
     redeems (:func:`cosigner.permits.redeem.refusal_writer`); both are started and stopped
     by the app lifespan. ``contracted_runs``: runs this process has seen a contract for
     (their decisions read it before policy; any other decision assumes none and its write
-    confirms that).
+    confirms that). ``quotas``: the rate limits and quotas (per replica); ``shedding``:
+    which bounded queue refused work recently (``/readyz``).
     """
 
     settings: Settings
@@ -51,4 +55,10 @@ class AppContext:
     authenticator: KeyAuthenticator
     log_writer: GroupCommitter[Item] = field(repr=False)
     refusals: GroupCommitter[Refusal] = field(repr=False)
+    quotas: Quotas = field(repr=False)
+    shedding: Shedding = field(default_factory=Shedding, repr=False)
+    #: Long-polls open per credential (tenant, principal id), bounded by settings.
+    long_polls: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+    #: Undelivered webhooks per tenant (counted by the delivery worker).
+    webhook_backlog: Backlog = field(default_factory=lambda: Backlog(10_000), repr=False)
     contracted_runs: ContractedRuns = field(default_factory=ContractedRuns, repr=False)

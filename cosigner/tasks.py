@@ -10,7 +10,9 @@
 * the policy follower: the stored active/shadow versions (:mod:`cosigner.policy.follower`,
   which also records what this process loaded);
 * the audit checkpointer (signed checkpoints) and the keyring's startup events;
-* the webhook delivery worker, when any receiver is configured.
+* the webhook delivery worker, when any receiver is configured (it also counts the
+  backlog that bounds new approval requests);
+* the totals of rate-limit refusals per ended window (:meth:`Quotas.flush`).
 
 :meth:`Tasks.stop` stops them in reverse order; each loop is cancelled and awaited by one
 helper, so a loop never outlives the app that started it.
@@ -47,7 +49,8 @@ class Tasks:
             ctx.db, ctx.keyring, ctx.clock,
             every_events=settings.checkpoint_every_events, every_s=settings.checkpoint_every_s)
         self.webhook_worker: WebhookWorker | None = (
-            WebhookWorker(ctx.db, settings, ctx.clock) if settings.webhooks else None)
+            WebhookWorker(ctx.db, settings, ctx.clock, backlog=ctx.webhook_backlog)
+            if settings.webhooks else None)
         self._loops: list[asyncio.Task[None]] = []
         self.policy_follower = PolicyFollower(ctx.store, ctx.db, ctx.clock)
         self.replica_sync = ReplicaSync(ctx.db, clock=ctx.clock)
@@ -75,6 +78,8 @@ class Tasks:
         await self._record_startup()
         self._every("approval-sweeper", settings.sweep_every_s, self._sweep_once)
         self._loops.append(asyncio.create_task(self.checkpointer.run(), name="audit-checkpoints"))
+        self._every("quota-refusals", max(1.0, settings.rate_limit_log_window_s / 4),
+                    self.ctx.quotas.flush)
         if self.webhook_worker is not None:
             self.webhook_worker.start()
 
@@ -85,6 +90,8 @@ class Tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._loops.clear()
+        with contextlib.suppress(CosignerError):
+            await self.ctx.quotas.flush(everything=True)
         await self.ctx.refusals.stop()
         await self.ctx.log_writer.stop()
         if self.webhook_worker is not None:

@@ -50,12 +50,34 @@ async def get_state(deps: AppContext, caller: Caller, approval_id: str, *,
     """The request's state; with ``wait_s`` (≤ 60 s) wait until it leaves ``pending``.
 
     Polls the database every 200 ms (replicas share nothing else), so a review on any
-    replica ends the wait. While pending the state carries ``retry_after`` (s).
+    replica ends the wait. While pending the state carries ``retry_after`` (s). At most
+    ``settings.long_polls_per_credential`` waits of one credential are open at once.
 
     Raises:
         NotFound: no such request in the caller's tenant. Forbidden: the caller may not
-        read it.
+        read it. Overloaded: the credential already has its bound of long-polls open
+        (503, ``Retry-After``; nothing read).
     """
+    if wait_s <= 0:
+        return await _get_state(deps, caller, approval_id, wait_s=0.0)
+    key = (caller.tenant, caller.principal_id)
+    open_now = deps.long_polls.get(key, 0)
+    if open_now >= deps.settings.long_polls_per_credential:
+        raise deps.shedding.shed("long_poll", "this credential has too many long-polls "
+                                 "open; retry later")
+    deps.long_polls[key] = open_now + 1
+    try:
+        return await _get_state(deps, caller, approval_id, wait_s=wait_s)
+    finally:
+        left = deps.long_polls.get(key, 1) - 1
+        if left > 0:
+            deps.long_polls[key] = left
+        else:
+            deps.long_polls.pop(key, None)
+
+
+async def _get_state(deps: AppContext, caller: Caller, approval_id: str, *,
+                     wait_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
     while True:
         row, rows, permit = await _read(deps, caller, approval_id)

@@ -29,7 +29,11 @@ Tree::
     │                            tool_mismatch, tenant_mismatch, already_redeemed,
     │                            revoked, policy_changed, malformed_permit
     ├── PolicyError              policy_error, policy_load_failed
+    ├── RateLimited              rate_limited (429, ``retry_after`` s: a limit or quota of
+    │                            the credential or tenant is used up)
     └── Unavailable              storage_unavailable, engine_unavailable (503)
+        └── Overloaded           overloaded (503, ``retry_after`` s: a bounded queue is
+                                 full; shed at once, nothing queued, nothing decided)
 """
 
 from __future__ import annotations
@@ -155,3 +159,19 @@ class PolicyError(CosignerError):
 class Unavailable(CosignerError):
     code = "storage_unavailable"
     title = "Service unavailable; treat as deny"
+
+
+class RateLimited(CosignerError):
+    """A rate limit or quota is used up; ``retry_after`` (s, an integer ≥ 1) says when the
+    limit that refused has room again."""
+
+    code = "rate_limited"
+    title = "Rate limit exceeded"
+
+
+class Overloaded(Unavailable):
+    """A bounded queue (decision-log writer, refusal writer, long-polls, webhook backlog) is
+    full: the request is refused at once, before anything is decided or queued."""
+
+    code = "overloaded"
+    title = "Server overloaded; retry later, treat as deny"

@@ -27,6 +27,25 @@ class WebhookTarget(BaseModel):
     secret: SecretStr = Field(min_length=16)
 
 
+class RateLimits(BaseModel):
+    """Limits and quotas of one tenant (``0``: no limit). Per replica: each process counts
+    in its own memory (README § Rate limits), so N replicas admit up to N times these.
+
+    ``*_per_s`` is the sustained rate, counted over 10 s; ``*_burst`` the most requests in
+    any one second. Both must hold, so a credential may send ``burst`` at once, then
+    ``per_s`` on average.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    credential_per_s: int = Field(default=500, ge=0)
+    credential_burst: int = Field(default=1000, ge=0)
+    tenant_per_s: int = Field(default=1000, ge=0)
+    tenant_burst: int = Field(default=2000, ge=0)
+    decisions_per_min: int = Field(default=60_000, ge=0)
+    approvals_per_min: int = Field(default=1200, ge=0)
+
+
 class Settings(BaseSettings):
     """Every setting of one Cosigner process.
 
@@ -113,6 +132,26 @@ class Settings(BaseSettings):
     #: Outgoing approval webhooks per tenant (``"*"``: every tenant), e.g.
     #: ``COSIGNER_WEBHOOKS='{"acme": [{"url": "https://hooks.example/x", "secret": "..."}]}'``.
     webhooks: dict[str, list[WebhookTarget]] = Field(default_factory=dict)
+
+    #: Rate limits and quotas per tenant (``"*"``: every tenant without its own entry),
+    #: e.g. ``COSIGNER_RATE_LIMITS='{"*": {"tenant_per_s": 200}, "acme": {...}}'``.
+    rate_limits: dict[str, RateLimits] = Field(default_factory=lambda: {"*": RateLimits()})
+    #: Refusals by a rate limit are logged aggregated: per credential and limit, at most
+    #: the first refusal of each window of this length plus one count for the window.
+    rate_limit_log_window_s: int = Field(default=60, ge=1, le=3600)
+    #: Bounds of the queues (past them: 503 ``overloaded`` with ``Retry-After``, at once).
+    #: Decision-log writer: items queued in all, and per tenant (default: half of it).
+    log_queue_max: int = Field(default=4096, ge=1, le=1_000_000)
+    log_queue_per_tenant_max: int | None = Field(default=None, ge=1)
+    #: Refused-redeem writer: items queued in all.
+    refusal_queue_max: int = Field(default=4096, ge=1, le=1_000_000)
+    #: Long-polls (``GET /v1/approvals/{id}?wait=``) open at once per credential.
+    long_polls_per_credential: int = Field(default=16, ge=1, le=10_000)
+    #: Undelivered webhook deliveries per tenant; past it no approval request opens.
+    webhook_backlog_max: int = Field(default=10_000, ge=1)
+    #: ``/readyz`` answers 503 for this long after any queue shed work; ``Retry-After`` (s).
+    overload_hold_s: float = Field(default=2.0, ge=0, le=60)
+    overload_retry_after_s: int = Field(default=1, ge=1, le=300)
 
     @field_validator("forwarded_allow_ips", mode="before")
     @classmethod

@@ -8,18 +8,28 @@ fsync per decision, and no request is acknowledged before the COMMIT that holds 
 write (DESIGN invariant 2). If the batch fails as a whole, every waiter in it gets
 :class:`cosigner.core.errors.Unavailable` (HTTP 503, treated as deny) — never a hang, never an
 acknowledgement.
+
+Bounded and fair: the queue holds at most ``max_queue`` items, and one fairness ``key``
+(the tenant) at most ``max_queue_per_key`` of them; past either bound ``submit`` raises
+:class:`cosigner.core.errors.Overloaded` (503 ``overloaded``, ``Retry-After``) at once and
+reports the shed to :class:`cosigner.core.load.Shedding`, so nothing waits without bound
+and a flooding tenant is refused while another tenant still gets in. Each key has its own
+FIFO and a batch is filled round-robin over the keys with work, so a tenant with one
+queued decision waits for at most one batch, however many the flooding tenant queued.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from cosigner.core import tracing
-from cosigner.core.errors import CosignerError, Unavailable
+from cosigner.core.errors import CosignerError, Overloaded, Unavailable
+from cosigner.core.load import Shedding
 from cosigner.core.metrics import metrics
 
 log = logging.getLogger("cosigner.db.group_commit")
@@ -49,11 +59,12 @@ class GroupCommitStats:
 
 
 class GroupCommitter(Generic[I]):
-    """Queue writes and commit them in batches (sizes and waits bounded by settings)."""
+    """Queue writes and commit them in batches (sizes, waits and queue bounded by settings)."""
 
     def __init__(self, run_batch: BatchRunner[I], *, max_batch: int = 64,
                  max_wait_s: float = 0.002, max_queue: int = 10_000,
-                 name: str = "decisions") -> None:
+                 max_queue_per_key: int | None = None, shedding: Shedding | None = None,
+                 name: str = "log_writer") -> None:
         self._run_batch = run_batch
         m = metrics()
         self._batch_size = m.batch_size[(name,)]
@@ -61,14 +72,28 @@ class GroupCommitter(Generic[I]):
         self._failures = m.log_write_failures[(name,)]
         self._max_batch = max_batch
         self._max_wait_s = max_wait_s
-        self._queue: asyncio.Queue[_Pending[I]] = asyncio.Queue(maxsize=max_queue)
+        self._max_queue = max_queue
+        self._max_per_key = max_queue_per_key or max(1, max_queue // 2)
+        self._shedding = shedding or Shedding()
+        self._name = name
+        self._queues: dict[str, deque[_Pending[I]]] = {}
+        self._turns: deque[str] = deque()  # keys with queued items, in round-robin order
+        self._size = 0
+        self._busy = False
+        self._arrived = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.stats = GroupCommitStats()
 
+    @property
+    def depth(self) -> int:
+        """Items queued and not yet in a batch."""
+        return self._size
+
     def start(self) -> None:
         """Start the drain task on the running loop."""
         if self._task is None:
+            self._arrived = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._drain(),
                                                                 name="group-commit")
 
@@ -76,7 +101,8 @@ class GroupCommitter(Generic[I]):
         """Finish what is queued, then stop; later submits get Unavailable."""
         self._closed = True
         if self._task is not None:
-            await self._queue.join()
+            while (self._size or self._busy) and not self._task.done():
+                await asyncio.sleep(0.005)
             self._task.cancel()
             try:
                 await self._task
@@ -84,24 +110,31 @@ class GroupCommitter(Generic[I]):
                 pass
             self._task = None
 
-    async def submit(self, item: I) -> Any:
-        """Queue ``item`` and wait until the batch holding it committed.
+    async def submit(self, item: I, *, key: str = "") -> Any:
+        """Queue ``item`` under fairness ``key`` (the tenant) and wait until the batch
+        holding it committed.
 
-        Returns the item's result. Raises the item's own :class:`CosignerError`, or
+        Returns the item's result. Raises the item's own :class:`CosignerError`,
+        :class:`Overloaded` at once when the queue or the key's share of it is full, or
         :class:`Unavailable` when the batch could not be committed or the committer is
-        stopped or full.
+        stopped.
         """
         if self._closed or self._task is None or self._task.done():
             raise Unavailable("the decision log writer is not running",
                               code="storage_unavailable")
-        loop = asyncio.get_running_loop()
-        pending = _Pending(item, loop.create_future(), loop.time())
-        try:
-            self._queue.put_nowait(pending)
-        except asyncio.QueueFull:
+        queue = self._queues.get(key)
+        if self._size >= self._max_queue or (queue is not None
+                                             and len(queue) >= self._max_per_key):
             self._failures.inc()
-            raise Unavailable("the decision log writer is saturated",
-                              code="storage_unavailable") from None
+            raise self._overloaded()
+        loop = asyncio.get_running_loop()
+        pending: _Pending[I] = _Pending(item, loop.create_future(), loop.time())
+        if queue is None:
+            queue = self._queues[key] = deque()
+            self._turns.append(key)
+        queue.append(pending)
+        self._size += 1
+        self._arrived.set()
         if not tracing.enabled():
             return await pending.future
         with tracing.span("decision_log.write") as current:
@@ -110,29 +143,46 @@ class GroupCommitter(Generic[I]):
             finally:
                 tracing.set_attributes(current, {"cosigner.batch_size": pending.batch})
 
+    def _overloaded(self) -> Overloaded:
+        return self._shedding.shed(self._name, f"the {self._name.replace('_', ' ')} queue "
+                                   "is full; retry later")
+
+    def _take(self, batch: list[_Pending[I]]) -> None:
+        """Move queued items into ``batch``, one per key in turn, up to ``max_batch``."""
+        while self._size and len(batch) < self._max_batch:
+            key = self._turns.popleft()
+            queue = self._queues[key]
+            batch.append(queue.popleft())
+            self._size -= 1
+            if queue:
+                self._turns.append(key)
+            else:
+                del self._queues[key]
+
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await self._queue.get()]
-            deadline = loop.time() + self._max_wait_s
-            while len(batch) < self._max_batch:
-                try:
-                    batch.append(self._queue.get_nowait())
-                    continue
-                except asyncio.QueueEmpty:
-                    pass
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
-                except TimeoutError:
-                    break
+            while not self._size:
+                self._arrived.clear()
+                await self._arrived.wait()
+            batch: list[_Pending[I]] = []
+            self._busy = True
             try:
+                self._take(batch)
+                deadline = loop.time() + self._max_wait_s
+                while len(batch) < self._max_batch:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    self._arrived.clear()
+                    try:
+                        await asyncio.wait_for(self._arrived.wait(), remaining)
+                    except TimeoutError:
+                        break
+                    self._take(batch)
                 await self._commit(batch)
             finally:
-                for _ in batch:
-                    self._queue.task_done()
+                self._busy = False
 
     async def _commit(self, batch: list[_Pending[I]]) -> None:
         self.stats.batches += 1

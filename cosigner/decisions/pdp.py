@@ -30,6 +30,7 @@ from cosigner.core.canonical import args_hash as compute_args_hash
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import CosignerError, IdempotencyConflict, InvalidRequest
+from cosigner.core.load import Shedding
 from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
 from cosigner.core.settings import Settings
@@ -62,7 +63,8 @@ class DecisionRequest:
     mode: str = "on"
 
 
-def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item]:
+def decision_log_writer(db: Database, settings: Settings,
+                        shedding: Shedding | None = None) -> GroupCommitter[Item]:
     """The group committer for decisions and redeems: one transaction and one COMMIT per
     batch; the events of the items that succeeded are chained per tenant, and what the
     prepared decisions assumed (no run contract, no standing rejection of an allowed
@@ -100,7 +102,10 @@ def decision_log_writer(db: Database, settings: Settings) -> GroupCommitter[Item
 
     return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=confirm),
                           max_batch=settings.log_batch_max,
-                          max_wait_s=settings.log_batch_wait_ms / 1000, name="decisions")
+                          max_wait_s=settings.log_batch_wait_ms / 1000,
+                          max_queue=settings.log_queue_max,
+                          max_queue_per_key=settings.log_queue_per_tenant_max,
+                          shedding=shedding, name="decisions")
 
 
 def input_document(caller: Caller, req: DecisionRequest, *, now: str,
@@ -221,7 +226,12 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
         mask=mask + evaluation.result.mask, contract=run_state is not None, locked=locked,
         trace_id=trace_id)
     try:
-        written: Write = await deps.log_writer.submit(plan.item())
+        if evaluation.result.effect == "require_approval":
+            await deps.quotas.count_approval(caller)
+            if deps.webhook_backlog.full(tenant):
+                raise deps.shedding.shed("webhooks", "the tenant's webhook backlog is full; "
+                                         "no approval request opens until it drains")
+        written: Write = await deps.log_writer.submit(plan.item(), key=tenant)
     except UniqueViolation:
         # A concurrent retry with the same request_id won the insert: answer with it.
         async with deps.db.read() as conn:

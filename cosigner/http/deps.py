@@ -10,6 +10,7 @@ from fastapi import Depends, Request, Response
 from cosigner.context import AppContext
 from cosigner.core import logs, tracing
 from cosigner.core.errors import Unauthenticated
+from cosigner.http.ratelimit import CALLER_STATE
 from cosigner.identity.principals import Caller
 
 
@@ -30,19 +31,29 @@ def context(request: Request) -> AppContext:
 
 
 async def authenticate(request: Request) -> Caller:
-    """The caller of an API request, from ``Authorization: Bearer <key>`` only.
+    """The caller of an API request, from ``Authorization: Bearer <key>`` only, counted
+    against its credential's and tenant's rate limits (:mod:`cosigner.identity.quotas`).
 
     Raises:
         Unauthenticated: no or invalid credential (401).
+        RateLimited: a limit of the credential or tenant is used up (429).
     """
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthenticated("an API key is required (Authorization: Bearer ...)")
+    admitted: Caller | None = getattr(request.state, CALLER_STATE, None)
+    if admitted is not None:  # authenticated and counted at the door (http.ratelimit)
+        logs.tenant.set(admitted.tenant)
+        return admitted
+    ctx = context(request)
     with tracing.span("authenticate") as current:
-        caller: Caller = await context(request).authenticator.authenticate(key.strip())
+        caller: Caller = await ctx.authenticator.authenticate(key.strip())
         tracing.set_attributes(current, {"cosigner.tenant": caller.tenant})
     logs.tenant.set(caller.tenant)
+    await ctx.quotas.admit(caller)
+    if request.method == "POST" and request.url.path == "/v1/decisions":
+        await ctx.quotas.count_decision(caller)
     return caller
 
 
@@ -56,5 +67,6 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
         "schema": {"$ref": "#/components/schemas/ProblemV1"}}}}
     for status, text in ((400, "Malformed JSON"), (401, "Not authenticated"),
                          (403, "Not allowed"), (409, "Conflict"), (413, "Body too large"),
-                         (422, "Invalid request"), (503, "Cannot record; treat as deny"))
+                         (422, "Invalid request"), (429, "Rate limited (Retry-After)"),
+                         (503, "Cannot record or overloaded (Retry-After); treat as deny"))
 }

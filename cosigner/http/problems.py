@@ -31,6 +31,7 @@ STATUS_BY_ERROR: tuple[tuple[type[errors.CosignerError], int], ...] = (
     (errors.Conflict, 409),
     (errors.PermitRefused, 409),
     (errors.PolicyError, 422),
+    (errors.RateLimited, 429),
     (errors.Unavailable, 503),
     (errors.CosignerError, 500),
 )
@@ -68,8 +69,10 @@ def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> JS
     headers = {}
     if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="cosigner"'
-    if status == 503:
-        headers["Retry-After"] = "1"
+    if status in (429, 503):
+        # RFC 9110 §10.2.3: delay-seconds; the domain error names it (``retry_after``).
+        retry = extra.get("retry_after")
+        headers["Retry-After"] = str(max(1, int(retry))) if isinstance(retry, int) else "1"
     return JSONResponse(body, status_code=status, headers=headers,
                         media_type="application/problem+json")
 

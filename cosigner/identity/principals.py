@@ -180,6 +180,21 @@ class KeyAuthenticator:
             self._generation = generation
         self._fresh_until = time.monotonic() + fresh_for_s
 
+    def cached(self, key: str) -> Caller | None:
+        """The caller of ``key`` when the fresh cache knows it as valid, else ``None``
+        (never touches the database; the rate-limit door uses it)."""
+        match = _KEY_RE.match(key)
+        now = time.monotonic()
+        if match is None or now >= self._fresh_until:
+            return None
+        key_id, secret = match.groups()
+        entry = self._cache.get(key_id)
+        if entry is None or entry.expires <= now or entry.caller is None:
+            return None
+        if not hmac.compare_digest(entry.secret_hash, hash_secret(secret)):
+            return None
+        return entry.caller
+
     async def authenticate(self, key: str) -> Caller:
         """Return the :class:`Caller` of an API key.
 

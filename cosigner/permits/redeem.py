@@ -22,8 +22,10 @@ from cosigner.core import tracing
 from cosigner.core.canonical import args_hash
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import InvalidArgs, PermitRefused
+from cosigner.core.load import Shedding
 from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
+from cosigner.core.settings import Settings
 from cosigner.db.batch import Write
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
@@ -163,7 +165,7 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
         event = _claims_event("permit.refused", caller, redeemed, {"code": refusal.code})
         return Write(caller.tenant, [replace(event, time=now)], refusal)
 
-    written: Write = await deps.log_writer.submit(work)
+    written: Write = await deps.log_writer.submit(work, key=caller.tenant)
     if isinstance(written.result, PermitRefused):
         raise written.result
     return {"status": "redeemed", "jti": claims.jti, "decision_id": claims.decision_id,
@@ -229,10 +231,11 @@ def _refusal_event(caller: Caller, exc: PermitRefused, claims: PermitClaims | No
 
 async def _log(deps: AppContext, tenant: str, event: Event, now: datetime) -> None:
     """Append one refusal event durably, batched through ``deps.refusals``."""
-    await deps.refusals.submit((tenant, event, now))
+    await deps.refusals.submit((tenant, event, now), key=tenant)
 
 
-def refusal_writer(db: Database) -> GroupCommitter[Refusal]:
+def refusal_writer(db: Database, settings: Settings,
+                   shedding: Shedding | None = None) -> GroupCommitter[Refusal]:
     """The group committer for refused redeems: each batch of refusal events is appended in
     one transaction, so a storm of replays or concurrent redeems costs one COMMIT per batch
     instead of one per refusal, and each refusal is still durable before its response."""
@@ -246,7 +249,8 @@ def refusal_writer(db: Database) -> GroupCommitter[Refusal]:
                 await append(conn, tenant, [event], now=now)
         return [None] * len(items)
 
-    return GroupCommitter(run_batch, name="refusals")
+    return GroupCommitter(run_batch, max_queue=settings.refusal_queue_max,
+                          shedding=shedding, name="refusals")
 
 
 async def _counted_roles(conn: AsyncConnection, approval_id: str | None) -> list[str] | None:

@@ -13,6 +13,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.core.clock import isoformat
@@ -21,6 +22,27 @@ from cosigner.db.tables_web import webhook_deliveries
 
 EVENT_TYPES = frozenset({"approval.pending", "approval.decided", "approval.escalated",
                          "approval.break_glass"})
+
+
+class Backlog:
+    """Undelivered deliveries per tenant, as the delivery worker last counted them (every
+    poll, from the database, so every replica sees the shared outbox). A tenant at
+    ``bound`` opens no approval request (503 ``overloaded``) until deliveries drain."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.pending: dict[str, int] = {}
+
+    def full(self, tenant: str) -> bool:
+        return self.pending.get(tenant, 0) >= self.bound
+
+    async def count(self, conn: AsyncConnection) -> None:
+        """Refresh :attr:`pending` from the outbox."""
+        rows = (await conn.execute(
+            select(webhook_deliveries.c.tenant, func.count())
+            .where(webhook_deliveries.c.status == "pending")
+            .group_by(webhook_deliveries.c.tenant))).all()
+        self.pending = {str(tenant): int(n) for tenant, n in rows}
 
 
 def targets(settings: Settings, tenant: str) -> list[WebhookTarget]:

@@ -25,7 +25,7 @@ from cosigner.core.settings import Settings
 from cosigner.db.database import Database
 from cosigner.db.tables_web import webhook_attempts, webhook_deliveries
 from cosigner.webhooks import signing
-from cosigner.webhooks.outbox import targets
+from cosigner.webhooks.outbox import Backlog, targets
 
 log = logging.getLogger("cosigner.webhooks")
 
@@ -46,9 +46,10 @@ class WebhookWorker:
     """Deliver queued webhooks; :meth:`run_once` for tests, :meth:`start` in the app."""
 
     def __init__(self, db: Database, settings: Settings, clock: Clock, *,
-                 poll_s: float = 1.0, transport: httpx.AsyncBaseTransport | None = None
-                 ) -> None:
+                 poll_s: float = 1.0, transport: httpx.AsyncBaseTransport | None = None,
+                 backlog: Backlog | None = None) -> None:
         self._db, self._settings, self._clock, self._poll_s = db, settings, clock, poll_s
+        self.backlog = backlog or Backlog(settings.webhook_backlog_max)
         self._client = httpx.AsyncClient(timeout=TIMEOUT_S, transport=transport,
                                          follow_redirects=False)
         self._task: asyncio.Task[None] | None = None
@@ -81,7 +82,10 @@ class WebhookWorker:
             await asyncio.sleep(self._poll_s)
 
     async def run_once(self) -> int:
-        """Attempt every due delivery once; returns how many were attempted."""
+        """Count the backlog, then attempt every due delivery once; returns how many were
+        attempted."""
+        async with self._db.read() as conn:
+            await self.backlog.count(conn)
         done = 0
         for row in await self._claim(self._clock()):
             await self._attempt(row)

@@ -19,7 +19,9 @@ class FaultProxy:
 
     ``pass`` forward; ``lose`` forward, then close without answering (the server acted,
     the client never hears); ``stall:S`` wait S seconds, then forward; ``hold:S`` forward,
-    then wait S seconds before answering; ``503`` answer 503 without forwarding.
+    then wait S seconds before answering; ``503`` answer 503 without forwarding;
+    ``garbage`` forward, then answer 200 with a body that is not JSON; ``reshape`` forward,
+    then answer 200 with JSON of the wrong shape. ``Retry-After`` is passed through.
     Requests seen are counted in ``seen``; ``forwarded`` counts those that reached upstream.
     """
 
@@ -83,15 +85,25 @@ class FaultProxy:
             return
         if action.startswith("hold:"):
             time.sleep(float(action.split(":")[1]))
+        if action == "garbage":
+            self._answer(req, 200, b"<html>502 upstream hiccup</html>", "application/json")
+            return
+        if action == "reshape":
+            self._answer(req, 200, b'{"effect": 7, "reasons": "none"}', "application/json")
+            return
         self._answer(req, resp.status_code, resp.content,
-                     resp.headers.get("content-type", "application/json"))
+                     resp.headers.get("content-type", "application/json"),
+                     retry_after=resp.headers.get("retry-after"))
 
     @staticmethod
     def _answer(req: BaseHTTPRequestHandler, status: int, content: bytes,
-                content_type: str = "application/problem+json") -> None:
+                content_type: str = "application/problem+json",
+                retry_after: str | None = None) -> None:
         try:
             req.send_response(status)
             req.send_header("Content-Type", content_type)
+            if retry_after is not None:
+                req.send_header("Retry-After", retry_after)
             req.send_header("Content-Length", str(len(content)))
             req.end_headers()
             req.wfile.write(content)

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from cosigner.core.errors import Conflict, Unavailable
+from cosigner.core.errors import Conflict, Overloaded, Unavailable
+from cosigner.core.load import Shedding
 from cosigner.db.group_commit import GroupCommitter
 
 
@@ -66,3 +67,38 @@ async def test_submit_after_stop_is_unavailable() -> None:
     await committer.stop()
     with pytest.raises(Unavailable):
         await committer.submit(1)
+
+
+async def test_bounds_shed_at_once_and_batches_take_tenants_in_turn() -> None:
+    release = asyncio.Event()
+    batches: list[list[str]] = []
+
+    async def run(items: list[str]) -> list[object]:
+        batches.append(items)
+        await release.wait()
+        return list(items)
+
+    shedding = Shedding()
+    committer: GroupCommitter[str] = GroupCommitter(
+        run, max_batch=3, max_wait_s=0, max_queue=5, max_queue_per_key=3,
+        shedding=shedding)
+    committer.start()
+    waiting = [asyncio.create_task(committer.submit("a0", key="a"))]
+    while not batches:  # a0 is in the first batch, waiting on its COMMIT
+        await asyncio.sleep(0)
+    waiting += [asyncio.create_task(committer.submit(f"a{i}", key="a")) for i in (1, 2, 3)]
+    await asyncio.sleep(0)
+    with pytest.raises(Overloaded):  # tenant a holds its share (3) of the queue
+        await committer.submit("a4", key="a")
+    waiting += [asyncio.create_task(committer.submit(f"b{i}", key="b")) for i in (0, 1)]
+    await asyncio.sleep(0)
+    assert committer.depth == 5
+    with pytest.raises(Overloaded) as full:  # the queue is full for everyone
+        await committer.submit("c0", key="c")
+    assert full.value.code == "overloaded" and full.value.extra["retry_after"] >= 1
+    assert shedding.counts == {"log_writer": 2} and shedding.overloaded() == ["log_writer"]
+    release.set()
+    assert await asyncio.gather(*waiting) == ["a0", "a1", "a2", "a3", "b0", "b1"]
+    await committer.stop()
+    # Round-robin: b0 rides in the batch right after a0's, not behind all of a's.
+    assert batches == [["a0"], ["a1", "b0", "a2"], ["b1", "a3"]]

@@ -16,7 +16,14 @@ Failure behaviour (all bounded by the gate's ``timeout`` per operation, default 
   again; ``redeemed`` by this caller → the lost redeem was ours, proceed once; anything
   else, or no answer → do not execute;
 * outcome reports are retried like decide (an identical report is idempotent);
-* every attempt is counted by the circuit breaker.
+* every attempt is counted by the circuit breaker (a 429 proves the server up);
+* a 429 or 503 with ``Retry-After`` is retried after that many seconds, only while it fits
+  in the operation's timeout; otherwise the failure is returned at once;
+* an ``abort`` event set by the caller ends the operation with ``aborted`` (never retried,
+  never counted by the breaker, never a fail-open);
+* a failure where the server could not decide (``FAIL_OPEN_KINDS``) follows the tool's
+  fail direction: ``deny`` (default), or by name ``proceed`` / ``ask`` (a person, through
+  ``ask_human``); the decision and the call result record the direction taken.
 """
 
 from __future__ import annotations
@@ -25,20 +32,24 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Collection, Generator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 from cosigner_client._breaker import Breaker
 from cosigner_client.canonical import args_hash, check_hashable
 from cosigner_client.errors import (
+    ABORTED,
     BREAKER_OPEN,
+    FAIL_OPEN_KINDS,
+    MALFORMED,
     TIMEOUT,
     UNAVAILABLE,
     GateError,
     GateUnavailable,
     InvalidArguments,
     ServerRefused,
+    kind_of_status,
 )
 from cosigner_client.models import (
     Approval,
@@ -56,6 +67,10 @@ from cosigner_client.models import (
 )
 
 T = TypeVar("T")
+Direction = Literal["deny", "ask", "proceed"]
+DIRECTIONS = frozenset({"deny", "ask", "proceed"})
+#: ``ask_human(tool, args, error) -> bool``: may the call run without a server decision?
+AskHuman = Callable[[str, dict[str, Any], GateError], bool]
 SIDE_EFFECTS = frozenset({"none", "committed", "not_executed", "unknown"})
 _NO_SIDE_EFFECT_CLASSES = frozenset({"none", "read"})
 #: Longest single long-poll asked of the server (it allows up to 60 s).
@@ -78,13 +93,17 @@ class Http:
 class Reply:
     status: int
     data: Any
+    #: ``Retry-After`` in seconds (RFC 9110 §10.2.3 delay-seconds), when sent.
+    retry_after: float | None = None
+    #: The body was not JSON.
+    malformed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Failure:
     """No HTTP answer. ``connect``: the request never left; others: it may have."""
 
-    kind: Literal["connect", "timeout", "transport", "breaker_open"]
+    kind: Literal["connect", "timeout", "transport", "breaker_open", "aborted"]
     detail: str
 
 
@@ -133,15 +152,35 @@ def run_ref(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
 def error_of(result: Reply | Failure) -> GateError:
     """The client error for a failed exchange (stable codes, see ``errors``)."""
     if isinstance(result, Failure):
-        code = {"timeout": TIMEOUT, "breaker_open": BREAKER_OPEN}.get(result.kind, UNAVAILABLE)
+        code = {"timeout": TIMEOUT, "breaker_open": BREAKER_OPEN,
+                "aborted": ABORTED}.get(result.kind, UNAVAILABLE)
         return GateUnavailable(result.detail, code=code)
     data = result.data if isinstance(result.data, dict) else {}
     detail = str(data.get("detail") or f"HTTP {result.status}")
     server_code = str(data.get("code") or f"http_{result.status}")
+    kind = kind_of_status(result.status, server_code)
     if result.status >= 500:
-        return GateUnavailable(detail, code=UNAVAILABLE, status=result.status,
-                               server_code=server_code)
-    return ServerRefused(detail, code=server_code, status=result.status)
+        return GateUnavailable(detail, code=kind, status=result.status,
+                               retry_after=result.retry_after, server_code=server_code)
+    return ServerRefused(detail, code=server_code, status=result.status, kind=kind,
+                         retry_after=result.retry_after)
+
+
+def malformed(what: str) -> GateUnavailable:
+    """The error for an answer that is not the documented shape (``malformed``)."""
+    return GateUnavailable(f"the server's answer to {what} is not the documented shape",
+                           code=MALFORMED)
+
+
+def _parsed(parse: Callable[[Any], T], reply: Reply, what: str) -> T | GateUnavailable:
+    """``parse(reply.data)``, or :func:`malformed` when the body is no JSON object or
+    lacks what the parser needs."""
+    if reply.malformed or not isinstance(reply.data, dict):
+        return malformed(what)
+    try:
+        return parse(reply.data)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return malformed(what)
 
 
 def _iso(moment: datetime | str | None) -> str | None:
@@ -164,6 +203,15 @@ class Config:
     breaker_cooldown: float = 10.0
     approval_timeout: float = 60.0
     proceed_on_timeout: frozenset[str] = frozenset()
+    #: Per tool: what a failure in ``FAIL_OPEN_KINDS`` does (default ``deny``).
+    fail_directions: Mapping[str, Direction] = field(default_factory=dict)
+    ask_human: AskHuman | None = None
+
+    def direction(self, tool: str) -> Direction:
+        """The fail direction declared for ``tool`` (``deny`` unless opted in by name)."""
+        if tool in self.fail_directions:
+            return self.fail_directions[tool]
+        return "proceed" if tool in self.proceed_on_timeout else "deny"
 
     @property
     def attempt_timeout(self) -> float:
@@ -210,13 +258,19 @@ class Protocol:
                 return Failure("timeout", "the gate's timeout passed")
             attempt_s = min(remaining, self.config.attempt_timeout) + extra_timeout
             result: Reply | Failure = yield Http(method, path, body, params, timeout=attempt_s)
+            if isinstance(result, Failure) and result.kind == "aborted":
+                return result  # the caller's choice says nothing about the server
             failed = isinstance(result, Failure) or result.status >= 500
             self.breaker.record(ok=not failed)
-            if not failed:
+            limited = isinstance(result, Reply) and result.status == 429
+            if not failed and not limited:
                 return result
-            retryable = not unsent_only or (isinstance(result, Failure)
-                                            and result.kind == "connect")
+            # A 429 was refused before any work, so even a redeem may ask again.
+            retryable = limited or not unsent_only or (isinstance(result, Failure)
+                                                       and result.kind == "connect")
             delay = self._backoff(attempt)
+            if isinstance(result, Reply) and result.retry_after is not None:
+                delay = max(delay, result.retry_after)  # the server said when; not sooner
             if attempt >= retries or not retryable or self._clock() + delay >= deadline:
                 return result
             yield Sleep(delay)
@@ -257,8 +311,10 @@ class Protocol:
         result = yield from self.exchange("POST", "/v1/decisions", body=body,
                                           deadline=self._clock() + self.config.timeout,
                                           retries=self.config.retries)
-        if isinstance(result, Reply) and result.status == 200:
-            decision = Decision.parse(result.data)
+        parsed = (_parsed(Decision.parse, result, "decide")
+                  if isinstance(result, Reply) and result.status == 200 else None)
+        if isinstance(parsed, Decision):
+            decision = parsed
             if decision.args_hash != a_hash:  # the server hashed something else: fail closed
                 error = GateError("server args_hash differs from the client's",
                                   code="args_hash_mismatch")
@@ -266,14 +322,22 @@ class Protocol:
                                 args_hash=a_hash, request_id=body["request_id"],
                                 decision_id=decision.decision_id, error=error)
             return decision
-        error = error_of(result)
-        if isinstance(error, GateUnavailable) and tool in self.config.proceed_on_timeout:
+        error = parsed if parsed is not None else error_of(result)
+        direction = self.config.direction(tool) if error.kind in FAIL_OPEN_KINDS else "deny"
+        if direction == "proceed":
             return Decision(effect="allow", fail_open=True, error=error,
+                            fail_direction="proceed",
                             reasons=(Reason("proceeded_on_timeout",
                                             f"server {error.code}; {tool} opted in by name"),),
                             args_hash=a_hash, request_id=body["request_id"])
+        if direction == "ask":
+            return Decision(effect="require_approval", error=error, fail_direction="ask",
+                            reasons=(Reason("ask_human_on_failure",
+                                            f"server {error.code}; {tool} asks a person"),),
+                            args_hash=a_hash, request_id=body["request_id"])
         return Decision(effect="deny", reasons=(Reason(error.code, error.detail),),
-                        args_hash=a_hash, request_id=body["request_id"], error=error)
+                        args_hash=a_hash, request_id=body["request_id"], error=error,
+                        fail_direction="deny")
 
     # ------------------------------------------------------------------ approvals
 
@@ -301,16 +365,20 @@ class Protocol:
                 "GET", f"/v1/approvals/{last.id}", params={"wait": wait},
                 deadline=self._clock() + min(remaining, self.config.timeout),
                 extra_timeout=wait)
-            if isinstance(result, Reply) and result.status == 200:
+            parsed = (_parsed(Approval.parse, result, "an approval read")
+                      if isinstance(result, Reply) and result.status == 200 else None)
+            if isinstance(parsed, GateError):
+                return replace(last, error=parsed)
+            if parsed is not None:
                 attempt = 0
-                last = Approval.parse(result.data)
+                last = parsed
                 if last.terminal:
                     return last
                 if self._clock() - started < wait / 2:  # the server did not hold the poll
                     yield Sleep(min(float(last.retry_after or 1), max(remaining, 0)))
                 continue
             error = error_of(result)
-            if isinstance(error, ServerRefused) or error.code == BREAKER_OPEN:
+            if isinstance(error, ServerRefused) or error.code in (BREAKER_OPEN, ABORTED):
                 return replace(last, error=error)
             # 5xx or no answer mid-poll: keep trying until the deadline, never proceed.
             yield Sleep(min(self._backoff(attempt), max(deadline - self._clock(), 0)))
@@ -323,6 +391,8 @@ class Protocol:
                                           deadline=self._clock() + self.config.timeout,
                                           retries=self.config.retries)
         if isinstance(result, Reply) and result.status == 200:
+            if result.malformed or not isinstance(result.data, dict):
+                return malformed("a permit read")
             data: dict[str, Any] = result.data
             return data
         return error_of(result)
@@ -339,12 +409,16 @@ class Protocol:
             result = yield from self.exchange(
                 "POST", "/v1/permits/redeem", body=body, unsent_only=True,
                 deadline=self._clock() + self.config.timeout, retries=self.config.retries)
-            if isinstance(result, Reply) and 200 <= result.status < 300:
+            ok = isinstance(result, Reply) and 200 <= result.status < 300
+            if ok and isinstance(result, Reply) and not result.malformed and isinstance(
+                    result.data, dict) and result.data.get("status") == "redeemed":
                 return Redemption(ok=True, jti=permit.jti,
-                                  redeemed_at=(result.data or {}).get("redeemed_at"))
-            error = error_of(result)
-            maybe_ours = (isinstance(result, Failure) and result.kind in ("timeout", "transport")
-                          ) or (isinstance(result, Reply) and result.status >= 500) or (
+                                  redeemed_at=result.data.get("redeemed_at"))
+            # A garbled 2xx is a lost answer: the permit may be spent; ask before running.
+            error = malformed("redeem") if ok else error_of(result)
+            maybe_ours = ok or (isinstance(result, Failure)
+                                and result.kind in ("timeout", "transport")) or (
+                isinstance(result, Reply) and result.status >= 500) or (
                 _attempt > 0 and error.code == "already_redeemed")
             if not maybe_ours:
                 return Redemption(ok=False, jti=permit.jti, error=error)
@@ -353,7 +427,9 @@ class Protocol:
             if isinstance(state, GateError):
                 return Redemption(ok=False, jti=permit.jti, error=GateUnavailable(
                     f"redeem outcome unknown ({error.code}); not executing",
-                    code=state.code if state.code in (TIMEOUT, BREAKER_OPEN) else UNAVAILABLE))
+                    code=error.code if error.code in (MALFORMED, ABORTED) else
+                    state.code if state.code in (TIMEOUT, BREAKER_OPEN, ABORTED) else
+                    UNAVAILABLE))
             status = state.get("status")
             if status == "redeemed":
                 if state.get("redeemed_by_you"):
@@ -401,8 +477,11 @@ class Protocol:
         result = yield from self.exchange("GET", "/v1/tools",
                                           deadline=self._clock() + self.config.timeout,
                                           retries=self.config.retries)
-        if isinstance(result, Reply) and result.status == 200 and isinstance(result.data, dict):
-            return Catalogue.parse(result.data)
+        if isinstance(result, Reply) and result.status == 200:
+            catalogue = _parsed(Catalogue.parse, result, "tools")
+            if isinstance(catalogue, GateError):
+                raise catalogue
+            return catalogue
         raise error_of(result)
 
     # ------------------------------------------------------------------ run contract
@@ -425,11 +504,20 @@ class Protocol:
                                           deadline=self._clock() + self.config.timeout,
                                           retries=self.config.retries)
         if isinstance(result, Reply) and result.status in (200, 201):
+            run = _parsed(Run.parse, result, "start_run")
+            if isinstance(run, GateError):
+                raise run
             self.run = {"id": run_id}
-            return Run.parse(result.data)
+            return run
         raise error_of(result)
 
     # ------------------------------------------------------------------ all gates
+
+    def _ask(self, *, tool: str, args: dict[str, Any], error: GateError) -> Any:
+        """The person's answer through ``ask_human`` (may be awaitable; only ``True`` lets
+        the call run; no callback: no)."""
+        ask = self.config.ask_human
+        return False if ask is None else ask(tool, dict(args), error)
 
     def call(self, tool: str, args: dict[str, Any], fn: Callable[..., Any], *,
              side_effect: str | None = None, cost_minor: int | Callable[[Any], int | None]
@@ -437,13 +525,24 @@ class Protocol:
              **decide_kwargs: Any) -> Steps[CallResult]:
         """decide → (wait for approval) → redeem → ``fn(**args)`` → report."""
         decision = yield from self.decide(tool, args, side_effect=side_effect, **decide_kwargs)
+        if decision.fail_direction == "ask" and decision.error is not None:
+            asked = yield Execute(self._ask, {"tool": tool, "args": args,
+                                              "error": decision.error})
+            if not (isinstance(asked, Ran) and asked.value is True):
+                return CallResult("denied", decision, fail_direction="ask")
+            ran = yield Execute(fn, args)
+            if isinstance(ran, Raised):
+                raise ran.exc
+            return CallResult("approved_by_human_on_failure", decision, value=ran.value,
+                              fail_direction="ask")
         if decision.fail_open:
             ran = yield Execute(fn, args)
             if isinstance(ran, Raised):
                 raise ran.exc
-            return CallResult("proceeded_on_timeout", decision, value=ran.value)
+            return CallResult("proceeded_on_timeout", decision, value=ran.value,
+                              fail_direction="proceed")
         if decision.effect == "deny":
-            return CallResult("denied", decision)
+            return CallResult("denied", decision, fail_direction=decision.fail_direction)
         permit, approval = decision.permit, None
         if decision.effect == "require_approval":
             if decision.approval is None:

@@ -8,14 +8,26 @@ Site modes (``mode=`` per gate, ``modes={tool: mode}`` per tool, or ``mode=`` pe
 (recorded, never a permit), always runs the tool and returns what would have happened
 (``CallResult.status == "shadow"``, ``.decision``); ``off`` runs the tool without asking
 and records nothing (``status == "off"``).
+
+The failure kinds are in ``cosigner_client.errors``.
+
+Aborting: every gate method takes ``abort=`` (a ``threading.Event`` for :class:`Gate`, an
+``asyncio.Event`` for :class:`AsyncGate`). Once set, the operation ends with ``aborted``:
+the async gate drops the request in flight at once; the sync gate stops at the next step
+(before a request or retry, or during a back-off), a request in flight ending within its
+timeout. Cancelling an ``AsyncGate`` call's task still raises ``CancelledError`` as usual.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import inspect
 import json
 import logging
+import threading
+import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any, Literal, ParamSpec, TypeVar, get_args
@@ -24,7 +36,10 @@ import httpx
 
 from cosigner_client._breaker import Breaker
 from cosigner_client._core import (
+    DIRECTIONS,
+    AskHuman,
     Config,
+    Direction,
     Execute,
     Failure,
     Http,
@@ -130,11 +145,24 @@ def _request_kwargs(step: Http) -> dict[str, Any]:
 
 
 def _reply(resp: httpx.Response) -> Reply:
+    garbled = False
     try:
         data = resp.json() if resp.content else None
     except ValueError:
-        data = None
-    return Reply(resp.status_code, data)
+        data, garbled = None, True
+    return Reply(resp.status_code, data, retry_after=_retry_after(resp), malformed=garbled)
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    """``Retry-After`` as delay-seconds (RFC 9110 §10.2.3); an HTTP-date or garbage is
+    ignored (the back-off applies)."""
+    value = resp.headers.get("retry-after", "").strip()
+    if not value.isdigit():
+        return None
+    return float(min(int(value), 3600))
+
+
+_ABORTED = Failure("aborted", "the caller aborted the call")
 
 
 def _failure(exc: httpx.HTTPError) -> Failure:
@@ -155,12 +183,21 @@ def _bind(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 
 
 def _config(timeout: float, retries: int, breaker_threshold: int, breaker_cooldown: float,
-            approval_timeout: float, proceed_on_timeout: Collection[str]) -> Config:
+            approval_timeout: float, proceed_on_timeout: Collection[str],
+            fail_directions: Mapping[str, Direction] | None = None,
+            ask_human: AskHuman | None = None) -> Config:
     if isinstance(proceed_on_timeout, str):
         raise TypeError("proceed_on_timeout takes a collection of tool names")
+    directions = dict(fail_directions or {})
+    for tool, direction in directions.items():
+        if direction not in DIRECTIONS:
+            raise ValueError(f"fail direction of {tool!r} must be deny, ask or proceed")
+    if "ask" in directions.values() and ask_human is None:
+        raise TypeError("a tool whose fail direction is 'ask' needs ask_human=")
     return Config(timeout=timeout, retries=retries, breaker_threshold=breaker_threshold,
                   breaker_cooldown=breaker_cooldown, approval_timeout=approval_timeout,
-                  proceed_on_timeout=frozenset(proceed_on_timeout))
+                  proceed_on_timeout=frozenset(proceed_on_timeout),
+                  fail_directions=directions, ask_human=ask_human)
 
 
 class _Base:
@@ -168,16 +205,21 @@ class _Base:
                  breaker_cooldown: float, approval_timeout: float,
                  proceed_on_timeout: Collection[str], run: Party, principal: Party,
                  initiator: Party, mode: Mode = "on",
-                 modes: Mapping[str, Mode] | None = None) -> None:
+                 modes: Mapping[str, Mode] | None = None,
+                 fail_directions: Mapping[str, Direction] | None = None,
+                 ask_human: AskHuman | None = None) -> None:
         self.mode = _checked_mode(mode)
         self.modes = {tool: _checked_mode(m) for tool, m in (modes or {}).items()}
         self._p = Protocol(config=_config(timeout, retries, breaker_threshold,
                                           breaker_cooldown, approval_timeout,
-                                          proceed_on_timeout),
+                                          proceed_on_timeout, fail_directions, ask_human),
                            run=run, principal=principal, initiator=initiator)
-        if self._p.config.proceed_on_timeout:
-            log.warning("cosigner gate proceeds without a decision on timeout for: %s",
-                        ", ".join(sorted(self._p.config.proceed_on_timeout)))
+        config = self._p.config
+        opted = sorted({*config.proceed_on_timeout,
+                        *(t for t, d in config.fail_directions.items() if d != "deny")})
+        if opted:
+            log.warning("cosigner gate does not deny when the server cannot decide for: %s",
+                        ", ".join(f"{t} ({config.direction(t)})" for t in opted))
 
     @property
     def config(self) -> Config:
@@ -212,9 +254,9 @@ class _Base:
 
     @staticmethod
     def _note(result: CallResult) -> CallResult:
-        if result.status == "proceeded_on_timeout":
-            log.warning("%s ran WITHOUT a decision (server %s; proceed_on_timeout)",
-                        result.decision.request_id, result.code or result.decision.error)
+        if result.status in ("proceeded_on_timeout", "approved_by_human_on_failure"):
+            log.warning("%s ran WITHOUT a server decision (%s; fail direction %s)",
+                        result.decision.request_id, result.failure, result.fail_direction)
         return result
 
 
@@ -230,7 +272,13 @@ class Gate(_Base):
         approval_timeout: default seconds ``call`` waits for a human approval.
         proceed_on_timeout: tool names that may run without a decision when the server
             cannot answer (opt-in by name; reported as ``proceeded_on_timeout``). Empty by
-            default: every gate fails closed.
+            default: every gate fails closed. Same as ``fail_directions={tool: "proceed"}``.
+        fail_directions: per tool, ``"deny"`` (the default), ``"proceed"`` or ``"ask"``:
+            what a failure where the server could not decide (``rate_limited``,
+            ``overloaded``, ``timeout``, ``malformed``, ``unavailable``, ``breaker_open``)
+            does; recorded as ``fail_direction`` in the decision and the call result.
+        ask_human: ``ask_human(tool, args, error) -> bool`` (may be async for
+            :class:`AsyncGate`), asked for ``"ask"`` tools; only ``True`` runs the call.
         run, principal, initiator: defaults for every decision (``"id"`` or a dict).
         mode / modes: the site mode of every tool / of named tools, ``off | shadow | on``
             (see the module docstring); ``call(..., mode=...)`` overrides both.
@@ -242,11 +290,14 @@ class Gate(_Base):
                  approval_timeout: float = 60.0, proceed_on_timeout: Collection[str] = (),
                  run: Party = None, principal: Party = None, initiator: Party = None,
                  mode: Mode = "on", modes: Mapping[str, Mode] | None = None,
+                 fail_directions: Mapping[str, Direction] | None = None,
+                 ask_human: AskHuman | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
         super().__init__(timeout=timeout, retries=retries, breaker_threshold=breaker_threshold,
                          breaker_cooldown=breaker_cooldown, approval_timeout=approval_timeout,
                          proceed_on_timeout=proceed_on_timeout, run=run, principal=principal,
-                         initiator=initiator, mode=mode, modes=modes)
+                         initiator=initiator, mode=mode, modes=modes,
+                         fail_directions=fail_directions, ask_human=ask_human)
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=self._headers(api_key),
                                   transport=transport)
 
@@ -259,7 +310,7 @@ class Gate(_Base):
     def close(self) -> None:
         self._http.close()
 
-    def _drive(self, steps: Steps[T]) -> T:
+    def _drive(self, steps: Steps[T], abort: threading.Event | None = None) -> T:
         sent: Any = None
         while True:
             try:
@@ -267,15 +318,19 @@ class Gate(_Base):
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             if isinstance(step, Http):
+                if abort is not None and abort.is_set():
+                    sent = _ABORTED
+                    continue
                 try:
                     sent = _reply(self._http.request(step.method, step.path,
                                                      **_request_kwargs(step)))
                 except httpx.HTTPError as exc:
                     sent = _failure(exc)
             elif isinstance(step, Sleep):
-                import time
-
-                time.sleep(step.seconds)
+                if abort is not None:
+                    abort.wait(step.seconds)  # wakes at once when the caller aborts
+                else:
+                    time.sleep(step.seconds)
                 sent = None
             else:
                 sent = self._execute(step)
@@ -294,16 +349,19 @@ class Gate(_Base):
         context, request_id, side_effect, tool_version``. Never raises for server or
         network trouble (→ ``deny`` with ``error``); raises :class:`InvalidArguments`
         before any network call for arguments the server would refuse."""
-        return self._drive(self._p.decide(tool, args, **kwargs))
+        abort = kwargs.pop("abort", None)
+        return self._drive(self._p.decide(tool, args, **kwargs), abort)
 
     def wait_for_approval(self, approval: Decision | Approval | str, *,
-                          timeout: float | None = None) -> Approval:
+                          timeout: float | None = None,
+                          abort: threading.Event | None = None) -> Approval:
         """Long-poll until approved / rejected / expired / cancelled, or ``timeout`` s."""
-        return self._drive(self._p.wait_for_approval(approval, timeout=timeout))
+        return self._drive(self._p.wait_for_approval(approval, timeout=timeout), abort)
 
-    def redeem(self, permit: Permit | str, tool: str, args: dict[str, Any]) -> Redemption:
+    def redeem(self, permit: Permit | str, tool: str, args: dict[str, Any], *,
+               abort: threading.Event | None = None) -> Redemption:
         """Redeem a permit for exactly ``tool(args)`` right before running it."""
-        return self._drive(self._p.redeem(permit, tool, args))
+        return self._drive(self._p.redeem(permit, tool, args), abort)
 
     def report_outcome(self, decision: Decision | str, outcome: Outcome,
                        side_effect: SideEffect, *, cost_minor: int | None = None
@@ -337,7 +395,8 @@ class Gate(_Base):
         ``mode`` (this call's site mode). An
         exception from ``fn`` is reported (``error``, side effect ``unknown`` unless the
         exception has a ``side_effect`` attribute) and re-raised."""
-        return self._note(self._drive(self._call_steps(tool, args, fn, kwargs)))
+        abort = kwargs.pop("abort", None)
+        return self._note(self._drive(self._call_steps(tool, args, fn, kwargs), abort))
 
     def guard(self, tool: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator: calls go through :meth:`call`; raises :class:`CallRefused` when the
@@ -351,6 +410,29 @@ class Gate(_Base):
         return decorate
 
 
+async def _until_aborted(work: Awaitable[Any], abort: asyncio.Event | None,
+                         aborted: Any) -> Any:
+    """``await work``, unless ``abort`` is set first: then ``work`` is cancelled and
+    ``aborted`` returned."""
+    if abort is None:
+        return await work
+    if abort.is_set():
+        if inspect.iscoroutine(work):
+            work.close()
+        return aborted
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(abort.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return aborted if not task.done() or task.cancelled() else task.result()
+
+
 class AsyncGate(_Base):
     """Asynchronous gate; same arguments and methods as :class:`Gate`, awaited. ``fn``
     passed to ``call``/``guard`` may be sync or async."""
@@ -360,11 +442,14 @@ class AsyncGate(_Base):
                  approval_timeout: float = 60.0, proceed_on_timeout: Collection[str] = (),
                  run: Party = None, principal: Party = None, initiator: Party = None,
                  mode: Mode = "on", modes: Mapping[str, Mode] | None = None,
+                 fail_directions: Mapping[str, Direction] | None = None,
+                 ask_human: AskHuman | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         super().__init__(timeout=timeout, retries=retries, breaker_threshold=breaker_threshold,
                          breaker_cooldown=breaker_cooldown, approval_timeout=approval_timeout,
                          proceed_on_timeout=proceed_on_timeout, run=run, principal=principal,
-                         initiator=initiator, mode=mode, modes=modes)
+                         initiator=initiator, mode=mode, modes=modes,
+                         fail_directions=fail_directions, ask_human=ask_human)
         self._http = httpx.AsyncClient(base_url=url.rstrip("/"),
                                        headers=self._headers(api_key), transport=transport)
 
@@ -377,9 +462,7 @@ class AsyncGate(_Base):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _drive(self, steps: Steps[T]) -> T:
-        import asyncio
-
+    async def _drive(self, steps: Steps[T], abort: asyncio.Event | None = None) -> T:
         sent: Any = None
         while True:
             try:
@@ -387,13 +470,9 @@ class AsyncGate(_Base):
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             if isinstance(step, Http):
-                try:
-                    sent = _reply(await self._http.request(step.method, step.path,
-                                                           **_request_kwargs(step)))
-                except httpx.HTTPError as exc:
-                    sent = _failure(exc)
+                sent = await _until_aborted(self._request(step), abort, _ABORTED)
             elif isinstance(step, Sleep):
-                await asyncio.sleep(step.seconds)
+                await _until_aborted(asyncio.sleep(step.seconds), abort, None)
                 sent = None
             else:
                 try:
@@ -404,19 +483,29 @@ class AsyncGate(_Base):
                 except Exception as exc:  # noqa: BLE001 - reported, then re-raised
                     sent = Raised(exc)
 
+    async def _request(self, step: Http) -> Reply | Failure:
+        try:
+            return _reply(await self._http.request(step.method, step.path,
+                                                   **_request_kwargs(step)))
+        except httpx.HTTPError as exc:
+            return _failure(exc)
+
     async def decide(self, tool: str, args: dict[str, Any], **kwargs: Any) -> Decision:
         """See :meth:`Gate.decide`."""
-        return await self._drive(self._p.decide(tool, args, **kwargs))
+        abort = kwargs.pop("abort", None)
+        return await self._drive(self._p.decide(tool, args, **kwargs), abort)
 
     async def wait_for_approval(self, approval: Decision | Approval | str, *,
-                                timeout: float | None = None) -> Approval:
+                                timeout: float | None = None,
+                                abort: asyncio.Event | None = None) -> Approval:
         """See :meth:`Gate.wait_for_approval`."""
-        return await self._drive(self._p.wait_for_approval(approval, timeout=timeout))
+        return await self._drive(self._p.wait_for_approval(approval, timeout=timeout),
+                                 abort)
 
-    async def redeem(self, permit: Permit | str, tool: str, args: dict[str, Any]
-                     ) -> Redemption:
+    async def redeem(self, permit: Permit | str, tool: str, args: dict[str, Any], *,
+                     abort: asyncio.Event | None = None) -> Redemption:
         """See :meth:`Gate.redeem`."""
-        return await self._drive(self._p.redeem(permit, tool, args))
+        return await self._drive(self._p.redeem(permit, tool, args), abort)
 
     async def report_outcome(self, decision: Decision | str, outcome: Outcome,
                              side_effect: SideEffect, *, cost_minor: int | None = None
@@ -442,7 +531,9 @@ class AsyncGate(_Base):
     async def call(self, tool: str, args: dict[str, Any], fn: Callable[..., Any],
                    **kwargs: Any) -> CallResult:
         """See :meth:`Gate.call`; ``fn`` may return an awaitable."""
-        return self._note(await self._drive(self._call_steps(tool, args, fn, kwargs)))
+        abort = kwargs.pop("abort", None)
+        return self._note(await self._drive(self._call_steps(tool, args, fn, kwargs),
+                                            abort))
 
     def guard(self, tool: str, **kwargs: Any
               ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:

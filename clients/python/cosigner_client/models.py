@@ -101,6 +101,8 @@ class Decision:
     approval: Approval | None = None
     error: GateError | None = None
     fail_open: bool = False
+    #: When ``error`` is set: the fail direction taken (``deny``, ``ask``, ``proceed``).
+    fail_direction: str | None = None
 
     @property
     def allowed(self) -> bool:
@@ -162,7 +164,8 @@ class OutcomeReport:
 
 CallStatus = Literal["executed", "denied", "approval_rejected", "approval_expired",
                      "approval_cancelled", "approval_timeout", "approval_pending",
-                     "redeem_refused", "proceeded_on_timeout", "shadow", "off"]
+                     "redeem_refused", "proceeded_on_timeout", "approved_by_human_on_failure",
+                     "shadow", "off"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +178,26 @@ class CallResult:
     approval: Approval | None = None
     redemption: Redemption | None = None
     outcome: OutcomeReport | None = None
+    #: The fail direction applied when the server could not decide (``deny``, ``ask``,
+    #: ``proceed``); ``None`` when it decided.
+    fail_direction: str | None = None
 
     @property
     def executed(self) -> bool:
-        """The body ran: through the gates, opted in on timeout, or in a site mode that
-        does not enforce (``shadow``: Cosigner asked and recorded, ``decision`` is what
-        would have happened; ``off``: Cosigner not asked)."""
-        return self.status in ("executed", "proceeded_on_timeout", "shadow", "off")
+        """The body ran: through the gates, opted in on timeout or by a human on a
+        failure, or in a site mode that does not enforce (``shadow``: Cosigner asked and
+        recorded, ``decision`` is what would have happened; ``off``: Cosigner not asked)."""
+        return self.status in ("executed", "proceeded_on_timeout",
+                               "approved_by_human_on_failure", "shadow", "off")
+
+    @property
+    def failure(self) -> str | None:
+        """The failure kind that decided this result (``errors.FAILURE_KINDS``), if any."""
+        for part in (self.redemption, self.approval, self.decision):
+            error = getattr(part, "error", None)
+            if error is not None:
+                return str(error.kind)
+        return None
 
     @property
     def code(self) -> str:

@@ -56,6 +56,10 @@ async def post_approval(request: Request, caller: CallerDep) -> dict[str, Any]:
     """
     ctx = context(request)
     data = parse_json(await read_body(request, ctx.settings.max_body_bytes))
+    await ctx.quotas.count_approval(caller)
+    if ctx.webhook_backlog.full(caller.tenant):
+        raise ctx.shedding.shed("webhooks", "the tenant's webhook backlog is full; no "
+                                "approval request opens until it drains")
     if isinstance(data, dict) and "decision_id" in data:
         ask = validate(ReviewAskV1, data)
         return await approval_requests.request_review(ctx, caller,

@@ -21,7 +21,8 @@ async def post_decision(request: Request, caller: CallerDep) -> Response:
     Returns ``allow`` (with a permit), ``deny``, or ``require_approval`` (with the
     approval request). Errors: 400/422 malformed or unhashable body, unknown fields,
     arguments failing the tool schema; 409 ``request_id`` reused with other content;
-    503 the decision could not be recorded (treat as deny).
+    429 ``rate_limited`` (a limit or quota is used up; ``Retry-After``); 503 the decision
+    could not be recorded or ``overloaded`` (``Retry-After``; treat as deny).
     """
     caller.require("runtime")
     ctx = context(request)

@@ -21,12 +21,17 @@ async def healthz() -> dict[str, Any]:
 
 @router.get("/readyz", response_model=HealthV1, responses={503: {"model": HealthV1}})
 async def readyz(request: Request) -> Any:
-    """Ready when the database answers and at least one policy bundle is active (K01)."""
+    """Ready when the database answers, at least one policy bundle is active (K01), and no
+    bounded queue shed work within ``overload_hold_s`` (so a load balancer steers new
+    traffic elsewhere; ``Retry-After`` then says when to look again)."""
     ctx = context(request)
-    checks = {"database": await ctx.db.ping(), "policies": ctx.store.ready}
+    shedding = ctx.shedding.overloaded()
+    checks = {"database": await ctx.db.ping(), "policies": ctx.store.ready,
+              "not_overloaded": not shedding}
     ready = all(checks.values())
     body = {"status": "ready" if ready else "not_ready", "checks": checks}
-    return JSONResponse(body, status_code=200 if ready else 503)
+    headers = {"Retry-After": str(ctx.settings.overload_retry_after_s)} if shedding else {}
+    return JSONResponse(body, status_code=200 if ready else 503, headers=headers)
 
 
 @router.get("/.well-known/jwks.json")

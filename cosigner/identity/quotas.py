@@ -1,0 +1,162 @@
+"""Rate limits and quotas per credential and per tenant (settings ``rate_limits``).
+
+Counted with the ``limits`` package (sliding-window counters, O(1) memory per key) in
+this process's memory: limits are **per replica**; N replicas behind a balancer admit up to
+N times the configured rates. Checked after authentication, so an unauthenticated flood
+costs one key lookup and counts nowhere.
+
+* every API request: the credential's (principal's) and the tenant's sustained rate
+  (``*_per_s`` over 10 s) and burst (``*_burst`` in 1 s);
+* ``POST /v1/decisions``: the tenant's ``decisions_per_min``;
+* an approval request asked for (a ``require_approval`` decision, ``POST /v1/approvals``):
+  the tenant's ``approvals_per_min``.
+
+Past a limit: :class:`RateLimited` (429, ``retry_after`` = seconds until the refusing
+window has room). Refusals are logged as ``request.refused`` events with code
+``rate_limited``, aggregated so a flood writes a bounded number of events: per (tenant,
+credential, limit) and window of ``rate_limit_log_window_s``, the first refusal is written
+before its 429 is answered, and the window's total (``refused``) once it ended
+(:meth:`Quotas.flush`, run by the background tasks). At most two events per key and window.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+from limits import RateLimitItem, RateLimitItemPerMinute, RateLimitItemPerSecond
+from limits.aio.storage import MemoryStorage
+from limits.aio.strategies import SlidingWindowCounterRateLimiter
+
+from cosigner.audit.chain import Event, append
+from cosigner.core.clock import Clock, isoformat
+from cosigner.core.errors import CosignerError, RateLimited
+from cosigner.core.settings import RateLimits, Settings
+from cosigner.db.database import Database
+from cosigner.identity.principals import Caller
+
+log = logging.getLogger("cosigner.quotas")
+
+SUSTAINED_WINDOW_S = 10
+
+
+@dataclass
+class _Tally:
+    """Refusals of one (tenant, credential, limit) in the current log window."""
+
+    started: float  # monotonic
+    started_at: str  # UTC, for the event
+    actor: dict[str, object]
+    refused: int = 0
+
+
+class Quotas:
+    """The limiter of one process; see the module docstring for what is counted."""
+
+    def __init__(self, settings: Settings, db: Database, clock: Clock) -> None:
+        self._settings, self._db, self._clock = settings, db, clock
+        self._limiter = SlidingWindowCounterRateLimiter(MemoryStorage())
+        self._window_s = settings.rate_limit_log_window_s
+        self._tallies: dict[tuple[str, str, str], _Tally] = {}
+
+    def limits_for(self, tenant: str) -> RateLimits:
+        """The tenant's limits (its own entry, else ``"*"``, else none)."""
+        table = self._settings.rate_limits
+        return table.get(tenant) or table.get("*") or RateLimits(
+            credential_per_s=0, credential_burst=0, tenant_per_s=0, tenant_burst=0,
+            decisions_per_min=0, approvals_per_min=0)
+
+    async def admit(self, caller: Caller) -> None:
+        """Count one API request of ``caller``. Raises :class:`RateLimited`."""
+        lim = self.limits_for(caller.tenant)
+        checks: list[tuple[str, int, RateLimitItem | None, str]] = [
+            ("credential_burst", lim.credential_burst, _per_s(lim.credential_burst, 1),
+             "c:" + caller.principal_id),
+            ("credential_per_s", lim.credential_per_s,
+             _per_s(lim.credential_per_s * SUSTAINED_WINDOW_S, SUSTAINED_WINDOW_S),
+             "c:" + caller.principal_id),
+            ("tenant_burst", lim.tenant_burst, _per_s(lim.tenant_burst, 1), "t:"),
+            ("tenant_per_s", lim.tenant_per_s,
+             _per_s(lim.tenant_per_s * SUSTAINED_WINDOW_S, SUSTAINED_WINDOW_S), "t:"),
+        ]
+        for name, _, item, key in checks:
+            if item is not None:
+                await self._hit(caller, name, item, caller.tenant + "\x00" + key)
+
+    async def count_decision(self, caller: Caller) -> None:
+        """Count one decision against the tenant's per-minute quota."""
+        n = self.limits_for(caller.tenant).decisions_per_min
+        if n:
+            await self._hit(caller, "decisions_per_min", RateLimitItemPerMinute(n),
+                            caller.tenant + "\x00d")
+
+    async def count_approval(self, caller: Caller) -> None:
+        """Count one approval request asked for against the tenant's per-minute quota."""
+        n = self.limits_for(caller.tenant).approvals_per_min
+        if n:
+            await self._hit(caller, "approvals_per_min", RateLimitItemPerMinute(n),
+                            caller.tenant + "\x00a")
+
+    async def _hit(self, caller: Caller, name: str, item: RateLimitItem, key: str) -> None:
+        if await self._limiter.hit(item, key):
+            return
+        stats = await self._limiter.get_window_stats(item, key)
+        retry_after = max(1, math.ceil(stats.reset_time - time.time()))
+        await self._record(caller, name)
+        raise RateLimited(f"{name.replace('_', ' ')} limit of the "
+                          f"{'credential' if name.startswith('credential') else 'tenant'} "
+                          "is used up", retry_after=retry_after, limit=name)
+
+    async def _record(self, caller: Caller, name: str) -> None:
+        """Count one refusal; the first of its window is written now (durable before the
+        429), the window's total by :meth:`flush`."""
+        key = (caller.tenant, caller.principal_id, name)
+        tally = self._tallies.get(key)
+        now = time.monotonic()
+        if tally is not None and now - tally.started >= self._window_s:
+            await self._write(key, tally)
+            tally = None
+        if tally is not None:
+            tally.refused += 1
+            return
+        tally = _Tally(started=now, started_at=isoformat(self._clock()),
+                       actor=caller.actor(), refused=1)
+        self._tallies[key] = tally
+        await self._write_event(caller.tenant, tally.actor, name, first=True,
+                                refused=1, started_at=tally.started_at)
+
+    async def flush(self, *, everything: bool = False) -> int:
+        """Write the total of every ended window (every window with ``everything``);
+        returns how many events were written."""
+        now = time.monotonic()
+        written = 0
+        for key, tally in list(self._tallies.items()):
+            if everything or now - tally.started >= self._window_s:
+                written += await self._write(key, tally)
+        return written
+
+    async def _write(self, key: tuple[str, str, str], tally: _Tally) -> int:
+        self._tallies.pop(key, None)
+        if tally.refused <= 1:
+            return 0  # the first refusal's own event already says it all
+        await self._write_event(key[0], tally.actor, key[2], first=False,
+                                refused=tally.refused, started_at=tally.started_at)
+        return 1
+
+    async def _write_event(self, tenant: str, actor: dict[str, object], name: str, *,
+                           first: bool, refused: int, started_at: str) -> None:
+        event = Event(type="request.refused", actor=dict(actor), effect="refused", payload={
+            "code": "rate_limited", "limit": name, "window_s": self._window_s,
+            "window_started_at": started_at, "refused": refused,
+            "aggregate": "first" if first else "window_total"})
+        try:
+            async with self._db.transaction() as conn:
+                await append(conn, tenant, [event], now=self._clock())
+        except CosignerError as exc:  # the 429 itself is what the caller gets
+            log.error("could not record rate-limit refusals of %s: %s", tenant, exc.detail)
+
+
+def _per_s(amount: int, seconds: int) -> RateLimitItem | None:
+    return RateLimitItemPerSecond(amount, seconds) if amount > 0 else None
