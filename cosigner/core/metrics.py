@@ -75,8 +75,9 @@ class Metrics:
             "Time to decide and durably record one decision, by effect and engine.",
             ["effect", "engine"], buckets=_LATENCY_BUCKETS, registry=r), pairs)
         self.decisions = _Children(Counter(
-            "cosigner_decisions", "Decisions by effect and first reason code.",
-            ["effect", "reason"], registry=r))
+            "cosigner_decisions", "Decisions by effect, first reason code and site mode "
+            "(``on``, or ``shadow``: asked and recorded, never enforced).",
+            ["effect", "reason", "mode"], registry=r))
         self.policy_seconds = _Children(Histogram(
             "cosigner_policy_evaluation_duration_seconds",
             "Time the active bundle took to evaluate one input, by bundle id.",
@@ -106,10 +107,10 @@ class Metrics:
             ["status"], registry=r), [(s,) for s in WEBHOOK_STATUSES])
 
     def decided(self, *, effect: str, engine: str, reason: str, bundle: str | None,
-                seconds: float, policy_seconds: float | None) -> None:
-        """Record one recorded decision."""
+                seconds: float, policy_seconds: float | None, mode: str = "on") -> None:
+        """Record one recorded decision (``mode``: ``on`` or ``shadow``)."""
         self.decision_seconds[(effect, engine)].observe(seconds)
-        self.decisions[(effect, reason)].inc()
+        self.decisions[(effect, reason, "shadow" if mode == "shadow" else "on")].inc()
         if bundle is not None and policy_seconds is not None:
             self.policy_seconds[(bundle,)].observe(policy_seconds)
 

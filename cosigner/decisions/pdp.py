@@ -240,11 +240,12 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
             raise
         return _replay(row, plan.call.request_hash)
     final: dict[str, Any] = written.result
-    _observe(final, evaluation, started)
+    _observe(final, evaluation, started, mode=req.mode)
     return final
 
 
-def _observe(final: dict[str, Any], evaluation: Evaluation, started: float) -> None:
+def _observe(final: dict[str, Any], evaluation: Evaluation, started: float, *,
+             mode: str) -> None:
     """Count and time one recorded decision; name it on the current span."""
     effect = final["effect"]
     reasons = final["reasons"]
@@ -254,7 +255,7 @@ def _observe(final: dict[str, Any], evaluation: Evaluation, started: float) -> N
         reason=reasons[0]["code"] if reasons else "none",
         bundle=bundle.id if bundle and evaluation.elapsed_us else None,
         seconds=time.perf_counter() - started,
-        policy_seconds=evaluation.elapsed_us / 1e6)
+        policy_seconds=evaluation.elapsed_us / 1e6, mode=mode)
     if tracing.enabled():
         from opentelemetry import trace
 

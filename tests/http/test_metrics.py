@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,10 @@ def test_series_move_with_traffic(live: tuple[LiveServer, str], tenant: str) -> 
                    scripted({"effect": "require_approval", "reasons": ["ask"],
                              "approval": FINANCE}, run="r1")).json()
     assert pending["effect"] == "require_approval"
+    shadow = post(server, key["runtime"], "/v1/decisions",
+                  {**scripted({"effect": "allow", "reasons": ["fine"]}, run="r2"),
+                   "mode": "shadow"}).json()
+    assert shadow["effect"] == "allow" and shadow["permit"] is None, shadow
     mid = scrape(server)
     assert value(mid, "cosigner_approvals_pending", tenant=tenant) == 1
 
@@ -114,18 +119,21 @@ def test_series_move_with_traffic(live: tuple[LiveServer, str], tenant: str) -> 
     def moved(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert moved("cosigner_decisions_total", effect="allow", reason="fine") == 1
-    assert moved("cosigner_decisions_total", effect="deny", reason="nope") == 1
-    assert moved("cosigner_decisions_total", effect="require_approval", reason="ask") == 1
-    for effect in ("allow", "deny", "require_approval"):
+    assert moved("cosigner_decisions_total", effect="allow", reason="fine", mode="on") == 1
+    assert moved("cosigner_decisions_total", effect="deny", reason="nope", mode="on") == 1
+    assert moved("cosigner_decisions_total", effect="require_approval", reason="ask",
+                 mode="on") == 1
+    # Shadow decisions are counted apart (issue 18): asked and recorded, never enforced.
+    assert moved("cosigner_decisions_total", effect="allow", reason="fine", mode="shadow") == 1
+    for effect, count in (("allow", 2), ("deny", 1), ("require_approval", 1)):  # + shadow
         assert moved("cosigner_decision_duration_seconds_count", effect=effect,
-                     engine="python") == 1
-    assert moved("cosigner_policy_evaluation_duration_seconds_count", bundle="scripted") == 3
+                     engine="python") == count
+    assert moved("cosigner_policy_evaluation_duration_seconds_count", bundle="scripted") == 4
     assert moved("cosigner_redeems_total", outcome="redeemed") == 1
     assert moved("cosigner_redeems_total", outcome="already_redeemed") == 1
     assert moved("cosigner_approval_decision_seconds_count", outcome="approved") == 1
     # 3 decisions + 1 redeem (+ the approval's permit is minted in the review's own write)
-    assert moved("cosigner_group_commit_batch_size_sum", writer="decisions") == 4
+    assert moved("cosigner_group_commit_batch_size_sum", writer="decisions") == 5
     assert moved("cosigner_group_commit_wait_seconds_count", writer="decisions") >= 1
     assert moved("cosigner_group_commit_batch_size_sum", writer="refusals") == 1  # refused redeem
     assert value(after, "cosigner_decision_log_write_failures_total", writer="decisions") == 0
@@ -153,9 +161,19 @@ def test_json_log_has_decision_id_and_no_secret(live: tuple[LiveServer, str],
     decision = resp.json()
     assert decision["effect"] == "deny"  # the rule raised: policy_error
     rid = resp.headers["x-request-id"]
-    lines = [json.loads(line) for line in server.log_path.read_text().splitlines()
-             if line.startswith("{")]
-    ours = [line for line in lines if line.get("request_id") == rid]
+
+    def read() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        every = [json.loads(line) for line in server.log_path.read_text().splitlines()
+                 if line.startswith("{")]
+        return every, [line for line in every if line.get("request_id") == rid]
+
+    # The access line is written once the response has been sent: wait for it (bounded).
+    deadline = time.monotonic() + 10
+    lines, ours = read()
+    while time.monotonic() < deadline and not any(
+            line["logger"] == "cosigner.access" for line in ours):
+        time.sleep(0.05)
+        lines, ours = read()
     assert {"timestamp", "level", "logger", "message"} <= set(ours[0])
     errors = [line for line in ours if line["level"] == "error"]
     assert errors and errors[0]["decision_id"] == decision["decision_id"]
@@ -191,7 +209,8 @@ def test_metrics_on_a_separate_port(tmp_path: Path, db_kind: str, pg_url: str | 
         samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                    for family in text_string_to_metric_families(resp.text)
                    for s in family.samples}
-        assert value(samples, "cosigner_decisions_total", effect="deny", reason="nope") == 1
+        assert value(samples, "cosigner_decisions_total", effect="deny", reason="nope",
+                     mode="on") == 1
         assert httpx.get(f"http://127.0.0.1:{port}/other", timeout=10).status_code == 404
         # The API port serves no metrics without a token.
         assert httpx.get(server.url + "/metrics", timeout=10).status_code == 404
