@@ -558,9 +558,20 @@ class Protocol:
             permit = approval.permit
         if permit is None:  # an allow whose permit the server withheld (review asked)
             return CallResult("denied", decision, approval=approval)
+        return (yield from self.run_permitted(decision, approval, permit, tool, args, fn,
+                                              side_effect=side_effect,
+                                              cost_minor=cost_minor))
+
+    def run_permitted(self, decision: Decision, approval: Approval | None, permit: Permit,
+                      tool: str, args: dict[str, Any], fn: Callable[..., Any], *,
+                      side_effect: str | None, cost_minor: Any) -> Steps[CallResult]:
+        """redeem → ``fn(**args)`` → report the outcome, for a permit at hand. A redeem
+        refused ``already_redeemed`` reports nothing: its first redeemer reports its own."""
         redemption = yield from self.redeem(permit, tool, args)
         if not redemption.ok:
-            report = yield from self.report_outcome(decision, "error", "not_executed")
+            report = None
+            if redemption.code != "already_redeemed":
+                report = yield from self.report_outcome(decision, "error", "not_executed")
             return CallResult("redeem_refused", decision, approval=approval,
                               redemption=redemption, outcome=report)
         ran = yield Execute(fn, args)

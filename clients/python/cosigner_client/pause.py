@@ -27,10 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cosigner_client._core import (
-    SIDE_EFFECTS,
-    Execute,
     Protocol,
-    Raised,
     Reply,
     Steps,
     error_of,
@@ -44,7 +41,6 @@ from cosigner_client.models import (
     Decision,
     Reason,
     Redemption,
-    SideEffect,
 )
 
 if TYPE_CHECKING:
@@ -54,7 +50,6 @@ __all__ = ["ApprovalPending", "Paused", "Refusal", "acheck", "aread_approval", "
            "arun_decided", "check", "read_approval", "refusal_text", "resume", "run_decided",
            "stable_request_id"]
 
-_NO_SIDE_EFFECT_CLASSES = frozenset({"none", "read"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,30 +149,13 @@ def _refused(decision: Decision, approval: Approval | None, code: str, detail: s
 def run_permitted(p: Protocol, decision: Decision, approval: Approval | None, tool: str,
                   args: dict[str, Any], fn: Callable[..., Any], *,
                   side_effect: str | None, cost_minor: Any) -> Steps[CallResult]:
-    """redeem → ``fn(**args)`` → report, for a decision whose permit is at hand."""
+    """redeem → ``fn(**args)`` → report (:meth:`Protocol.run_permitted`), for a decision
+    whose permit is at hand."""
     permit = approval.permit if approval is not None else decision.permit
     if permit is None:
         return CallResult("denied", decision, approval=approval)
-    redemption = yield from p.redeem(permit, tool, args)
-    if not redemption.ok:
-        report = None
-        if redemption.code != "already_redeemed":  # the first redeemer reports its own
-            report = yield from p.report_outcome(decision, "error", "not_executed")
-        return CallResult("redeem_refused", decision, approval=approval,
-                          redemption=redemption, outcome=report)
-    ran = yield Execute(fn, args)
-    if isinstance(ran, Raised):
-        exc = ran.exc
-        declared = getattr(exc, "side_effect", None)
-        yield from p.report_outcome(
-            decision, "timeout" if isinstance(exc, TimeoutError) else "error",
-            declared if declared in SIDE_EFFECTS else "unknown")
-        raise exc
-    cost = cost_minor(ran.value) if callable(cost_minor) else cost_minor
-    done: SideEffect = "none" if side_effect in _NO_SIDE_EFFECT_CLASSES else "committed"
-    report = yield from p.report_outcome(decision, "ok", done, cost_minor=cost)
-    return CallResult("executed", decision, value=ran.value, approval=approval,
-                      redemption=redemption, outcome=report)
+    return (yield from p.run_permitted(decision, approval, permit, tool, args, fn,
+                                       side_effect=side_effect, cost_minor=cost_minor))
 
 
 def _resume(p: Protocol, approval_id: str, fn: Callable[..., Any], *, tool: str | None,
