@@ -7,8 +7,8 @@ an event in ``_system`` and in the chain of each tenant whose decisions it touch
 (``policy.activated``, ``policy.shadowed``, ``policy.refused``; ``policy.loaded`` carries
 paths, so ``_system`` only), committed in the same transaction as the change of the
 stored state (:mod:`cosigner.policy.state`), which every replica follows. A refused
-attempt (``policy.admin_refused``) goes to ``_system``, the actor's chain and the chain
-of the one tenant of a single-tenant bundle (:func:`authorize`).
+attempt (``policy.admin_refused``) goes to ``_system`` and the actor's own chain
+(:func:`authorize`).
 
 Reloading compiles bundles in a worker thread (Rego compilation runs a child process
 and golden cases run), so the event loop keeps serving decisions; the store swaps one
@@ -142,11 +142,10 @@ def _refusal(snap: PolicySnapshot, caller: Any, bundle_id: str | None) -> Cosign
 async def authorize(*, store: PolicyStore, db: Database, caller: Any, now: Any,
                     action: str, bundle_id: str | None) -> None:
     """Refuse ``action`` on ``bundle_id`` (``None``: reload) unless ``caller`` may do it,
-    recording the refusal (``policy.admin_refused``) in the caller's chain, ``_system``
-    and, for a bundle administered by one tenant, that tenant's chain. A refusal changes
-    no decision, so it is not copied to every tenant of a shared bundle (one refused
-    call would otherwise write to every tenant's chain); operators read it in
-    ``_system``.
+    recording the refusal (``policy.admin_refused``) in the caller's chain and in
+    ``_system``. A refusal changes no decision, so no other tenant's chain gets it: that
+    chain would otherwise name another tenant's admin and grow at their will; operators
+    read every refusal in ``_system``.
 
     Raises:
         Forbidden: not an admin/operator (``forbidden``) or not this bundle's
@@ -162,8 +161,9 @@ async def authorize(*, store: PolicyStore, db: Database, caller: Any, now: Any,
     event = Event(type="policy.admin_refused", actor=actor_of(caller),
                   payload={"action": action, "bundle_id": bundle_id, "code": refusal.code})
     async with db.transaction() as conn:
-        owner = administrator(snap, bundle_id) if bundle_id is not None else None
-        fanout.add(event, {caller.tenant} | ({owner} if owner else set()))
+        # The actor's own chain and _system only: a refusal changes no decision, and a
+        # tenant's chain never names another tenant's people nor grows at their will.
+        fanout.add(event, {caller.tenant})
         await fanout.append(conn, now=now)
     raise refusal
 
