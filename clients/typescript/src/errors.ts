@@ -1,7 +1,8 @@
 /**
  * Errors as data, with stable codes: the server's problem codes (`validation_failed`,
  * `args_mismatch`, `already_redeemed`, `expired`, ...) plus the client's own
- * `unavailable`, `timeout`, `breaker_open` and `aborted`.
+ * `unavailable`, `timeout`, `breaker_open`, `aborted`, `overloaded` and `malformed`.
+ * Every error also has a `kind`, one of {@link FAILURE_KINDS} (or `refused`), to branch on.
  *
  * Only {@link InvalidArguments} (a programming error, thrown before any network call)
  * and {@link CallRefused} (asked for by `unwrap()`) are thrown; every other failure is

@@ -3,8 +3,15 @@
  * guarantees. Failure behaviour (each operation bounded by `timeoutMs`, default 2000):
  *
  * - decide is retried with backoff and jitter under the same `request_id` (the server
- *   answers a retry with the first decision); with no answer the decision is `deny` — or,
- *   only for tools named in `proceedOnTimeout`, a client-made `allow` (`failOpen`);
+ *   answers a retry with the first decision; a 429 / 503 no sooner than its
+ *   `Retry-After`, and only while that fits in the deadline); with no usable answer the
+ *   decision is `deny` — or, only for tools whose fail direction (`failDirections`,
+ *   `proceedOnTimeout`) is `proceed` / `ask` and only for failures where the server could
+ *   not decide (`FAIL_OPEN_KINDS`), a client-made `allow` (`failOpen`) / a question to
+ *   `askHuman`; the direction taken is `failDirection` in the decision and the result;
+ * - site modes (`mode`, `modes`, per call): `shadow` asks with `mode: "shadow"` (no
+ *   permit, no approval request) and always runs the tool (status `shadow`); `off` runs
+ *   it without asking (status `off`);
  * - waiting for an approval long-polls `GET /v1/approvals/{id}?wait=` and stops at its
  *   own deadline or when the caller's `AbortSignal` fires (error `timeout` / `aborted`);
  * - redeem is retried only when the request provably never left (connect error); after
