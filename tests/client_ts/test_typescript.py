@@ -130,3 +130,11 @@ def test_readme_examples(built: Path, server: tuple[str, str]) -> None:
     """clients/typescript/README.md's examples run as written (test/readme.test.mjs)."""
     url, database_url = server
     run_node_tests(built, url, database_url, ["test/readme.test.mjs"])
+
+
+def test_failure_kinds_fail_directions_and_site_modes(built: Path,
+                                                       server: tuple[str, str]) -> None:
+    """Every failure kind from a real cause, fail directions deny/proceed/ask, site modes
+    shadow (recorded, no permit) and off (no request) (test/failures.test.mjs)."""
+    url, database_url = server
+    run_node_tests(built, url, database_url, ["test/failures.test.mjs"])

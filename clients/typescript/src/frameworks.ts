@@ -51,6 +51,7 @@ export async function decideCall(gate: Gate, tool: string, args: Record<string, 
 
 /** True when the call waits for a human: the framework should pause the run. */
 export async function needsApproval(gate: Gate, tool: string, args: Record<string, unknown>, callId: string, opts: GuardOptions = {}): Promise<boolean> {
+  if (gate.modeOf(opts.name ?? tool) !== "on") return false; // shadow / off never pause for a human
   const decision = await decideCall(gate, tool, args, callId, opts);
   if (decision.effect !== "require_approval" || !decision.approval) return false;
   // Already decided by a human (e.g. asked again on resume): no need to pause.
@@ -67,6 +68,12 @@ export async function runGated<T>(
   opts: GuardOptions & { signal?: AbortSignal } = {},
 ): Promise<T | string> {
   const name = opts.name ?? tool;
+  const mode = gate.modeOf(name);
+  if (mode !== "on") {
+    // Site mode shadow (asked and recorded, always runs) or off (not asked).
+    const result = await gate.call(name, args, fn, { requestId: requestIdFor(gate, name, callId), sideEffect: opts.sideEffect, signal: opts.signal, mode });
+    return result.value as T;
+  }
   const decision = await decideCall(gate, tool, args, callId, opts);
   const result = await gate.proceed(decision, name, args, fn, { sideEffect: opts.sideEffect, approvalTimeoutMs: opts.approvalTimeoutMs, signal: opts.signal });
   if (result.executed) return result.value as T;

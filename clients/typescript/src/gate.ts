@@ -3,8 +3,15 @@
  * guarantees. Failure behaviour (each operation bounded by `timeoutMs`, default 2000):
  *
  * - decide is retried with backoff and jitter under the same `request_id` (the server
- *   answers a retry with the first decision); with no answer the decision is `deny` — or,
- *   only for tools named in `proceedOnTimeout`, a client-made `allow` (`failOpen`);
+ *   answers a retry with the first decision; a 429 / 503 no sooner than its
+ *   `Retry-After`, and only while that fits in the deadline); with no usable answer the
+ *   decision is `deny` — or, only for tools whose fail direction (`failDirections`,
+ *   `proceedOnTimeout`) is `proceed` / `ask` and only for failures where the server could
+ *   not decide (`FAIL_OPEN_KINDS`), a client-made `allow` (`failOpen`) / a question to
+ *   `askHuman`; the direction taken is `failDirection` in the decision and the result;
+ * - site modes (`mode`, `modes`, per call): `shadow` asks with `mode: "shadow"` (no
+ *   permit, no approval request) and always runs the tool (status `shadow`); `off` runs
+ *   it without asking (status `off`);
  * - waiting for an approval long-polls `GET /v1/approvals/{id}?wait=` and stops at its
  *   own deadline or when the caller's `AbortSignal` fires (error `timeout` / `aborted`);
  * - redeem is retried only when the request provably never left (connect error); after
@@ -17,7 +24,7 @@
 import { randomUUID } from "node:crypto";
 import { Breaker } from "./breaker.js";
 import { argsHash, checkHashable } from "./canonical.js";
-import { ABORTED, BREAKER_OPEN, GateError, GateUnavailable, InvalidArguments, ServerRefused, TIMEOUT, UNAVAILABLE } from "./errors.js";
+import { ABORTED, BREAKER_OPEN, FAIL_OPEN_KINDS, GateError, GateUnavailable, InvalidArguments, MALFORMED, ServerRefused, TIMEOUT, UNAVAILABLE, kindOfStatus } from "./errors.js";
 import {
   CallResult,
   parseApproval,
@@ -26,6 +33,8 @@ import {
   type Approval,
   type CallStatus,
   type Decision,
+  type FailDirection,
+  type Mode,
   type Outcome,
   type OutcomeReport,
   type Party,
@@ -55,6 +64,19 @@ export interface GateOptions {
   initiator?: Party;
   /** A fetch implementation (default: the global one). */
   fetch?: typeof fetch;
+  /**
+   * Per tool: what a failure where the server could not decide (rate_limited,
+   * overloaded, timeout, malformed, unavailable, breaker_open) does: `deny` (the
+   * default), `proceed` (run without a decision) or `ask` (run only if `askHuman`
+   * says yes). auth, invalid, too_large and aborted always deny.
+   */
+  failDirections?: Record<string, FailDirection>;
+  /** Asked for tools whose fail direction is `ask`; only `true` lets the call run. */
+  askHuman?: (tool: string, args: Record<string, unknown>, error: GateError) => boolean | Promise<boolean>;
+  /** Site mode of every tool: `on` (default), `shadow` (ask, record, always run) or `off` (run, ask nothing). */
+  mode?: Mode;
+  /** Site mode of named tools (overrides `mode`). */
+  modes?: Record<string, Mode>;
 }
 
 export interface DecideOptions {
@@ -66,16 +88,22 @@ export interface DecideOptions {
   /** The tool's class: none | read | write | financial | destructive. */
   sideEffect?: string;
   toolVersion?: string;
+  /** `shadow`: the decision is recorded as a shadow one (no permit, no approval request). */
+  mode?: Mode;
+  /** Aborts deciding (error `aborted`). */
+  signal?: AbortSignal;
 }
 
 export interface CallOptions<T> extends DecideOptions {
   costMinor?: number | ((value: T) => number | null | undefined);
   approvalTimeoutMs?: number;
-  /** Aborts waiting for an approval (the body then does not run). */
+  /** Aborts the call (deciding or waiting for an approval); the body then does not run. */
   signal?: AbortSignal;
+  /** This call's site mode (overrides the gate's `mode` / `modes`). */
+  mode?: Mode;
 }
 
-type Reply = { ok: true; status: number; data: any };
+type Reply = { ok: true; status: number; data: any; retryAfter: number | null; garbled: boolean };
 type Failure = { ok: false; kind: "connect" | "timeout" | "transport" | "breaker_open" | "aborted"; detail: string };
 type Result = Reply | Failure;
 
@@ -95,11 +123,13 @@ export function errorOf(result: Result): GateError {
     const code = result.kind === "timeout" ? TIMEOUT : result.kind === "breaker_open" ? BREAKER_OPEN : result.kind === "aborted" ? ABORTED : UNAVAILABLE;
     return new GateUnavailable(result.detail, code);
   }
+  if (result.garbled && result.status < 300) return new GateUnavailable("the server's answer is not JSON", MALFORMED, { status: result.status });
   const data = result.data && typeof result.data === "object" ? result.data : {};
   const detail = String(data.detail || `HTTP ${result.status}`);
   const serverCode = String(data.code || `http_${result.status}`);
-  if (result.status >= 500) return new GateUnavailable(detail, UNAVAILABLE, { status: result.status, serverCode });
-  return new ServerRefused(detail, serverCode, { status: result.status });
+  const kind = kindOfStatus(result.status, serverCode);
+  if (result.status >= 500) return new GateUnavailable(detail, kind, { status: result.status, serverCode, retryAfter: result.retryAfter });
+  return new ServerRefused(detail, serverCode, { status: result.status, kind, retryAfter: result.retryAfter });
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
@@ -114,10 +144,24 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     signal?.addEventListener("abort", done, { once: true });
   });
 
+/** `Retry-After` in seconds (delta-seconds or an HTTP date), else null. */
+function retryAfterOf(value: string | null): number | null {
+  if (!value) return null;
+  const secs = Number(value);
+  if (Number.isFinite(secs)) return Math.max(0, secs);
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, (at - Date.now()) / 1000);
+}
+
 function isConnectError(err: unknown): boolean {
   const cause = (err as { cause?: { code?: string } })?.cause;
   const code = cause?.code ?? (err as { code?: string })?.code;
   return ["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_CONNECT_TIMEOUT", "EHOSTUNREACH", "ENETUNREACH"].includes(String(code));
+}
+
+function checkedMode(mode: unknown): Mode {
+  if (mode !== "off" && mode !== "shadow" && mode !== "on") throw new TypeError(`mode must be one of off, shadow, on (got ${String(mode)})`);
+  return mode;
 }
 
 export class Gate {
@@ -127,6 +171,10 @@ export class Gate {
   readonly retries: number;
   readonly approvalTimeoutMs: number;
   readonly proceedOnTimeout: ReadonlySet<string>;
+  readonly failDirections: Readonly<Record<string, FailDirection>>;
+  readonly askHuman: GateOptions["askHuman"];
+  readonly mode: Mode;
+  readonly modes: Readonly<Record<string, Mode>>;
   principal: Party | undefined;
   initiator: Party | undefined;
   /** The default run of this gate's decisions (set by `startRun`). */
@@ -143,9 +191,18 @@ export class Gate {
     this.breaker = new Breaker(options.breakerThreshold ?? 5, options.breakerCooldownMs ?? 10_000);
     if (typeof options.proceedOnTimeout === "string") throw new TypeError("proceedOnTimeout takes a collection of tool names");
     this.proceedOnTimeout = new Set(options.proceedOnTimeout ?? []);
-    if (this.proceedOnTimeout.size) {
-      console.warn(`cosigner gate proceeds without a decision on timeout for: ${[...this.proceedOnTimeout].sort().join(", ")}`);
+    const directions: Record<string, FailDirection> = { ...(options.failDirections ?? {}) };
+    for (const [tool, d] of Object.entries(directions)) {
+      if (!["deny", "proceed", "ask"].includes(d)) throw new TypeError(`fail direction of ${tool} must be deny, proceed or ask (got ${String(d)})`);
     }
+    for (const tool of this.proceedOnTimeout) directions[tool] ??= "proceed";
+    if (Object.values(directions).includes("ask") && !options.askHuman) throw new TypeError("a tool whose fail direction is 'ask' needs askHuman");
+    this.failDirections = directions;
+    this.askHuman = options.askHuman;
+    const opened = Object.keys(directions).filter((t) => directions[t] !== "deny").sort();
+    if (opened.length) console.warn(`cosigner gate may run without a decision (fail direction proceed/ask) for: ${opened.join(", ")}`);
+    this.mode = checkedMode(options.mode ?? "on");
+    this.modes = Object.fromEntries(Object.entries(options.modes ?? {}).map(([t, m]) => [t, checkedMode(m)]));
     this.principal = options.principal;
     this.initiator = options.initiator;
     this.run = options.run === undefined ? undefined : runOf(options.run);
@@ -184,12 +241,14 @@ export class Gate {
       });
       const text = await resp.text();
       let data: any = null;
+      let garbled = false;
       try {
         data = text ? JSON.parse(text) : null;
       } catch {
         data = null;
+        garbled = true;
       }
-      return { ok: true, status: resp.status, data };
+      return { ok: true, status: resp.status, data, retryAfter: retryAfterOf(resp.headers.get("retry-after")), garbled };
     } catch (err) {
       const name = (err as Error)?.name ?? "Error";
       if (signal?.aborted && !timedOut) return { ok: false, kind: "aborted", detail: "aborted by the caller" };
@@ -218,9 +277,13 @@ export class Gate {
       if (!result.ok && result.kind === "aborted") return result; // the caller's doing, not the server's
       const failed = !result.ok || result.status >= 500;
       this.breaker.record(!failed);
-      if (!failed) return result;
-      const retryable = !opts.unsentOnly || (!result.ok && result.kind === "connect");
-      const delay = this.backoff(attempt);
+      const limited = result.ok && result.status === 429;
+      if (!failed && !limited) return result;
+      // A 429 was refused before any work, so even a redeem may ask again.
+      const retryable = limited || !opts.unsentOnly || (!result.ok && result.kind === "connect");
+      let delay = this.backoff(attempt);
+      // The server said when; not sooner (and only while it fits in the deadline).
+      if (result.ok && result.retryAfter !== null) delay = Math.max(delay, result.retryAfter * 1000);
       if (attempt >= (opts.retries ?? 0) || !retryable || performance.now() + delay >= opts.deadline) return result;
       await sleep(delay, opts.signal);
       attempt += 1;
@@ -252,9 +315,10 @@ export class Gate {
       tool: toolRef,
       args,
       context: { ...(opts.context ?? {}) },
-    };
+    } as Record<string, any> & { request_id: string };
+    if (opts.mode === "shadow") body.mode = "shadow"; // recorded as such; the server mints no permit for it
     checkHashable(body); // context, run and parties obey the same strict rules
-    const result = await this.exchange("POST", "/v1/decisions", { body, deadline: this.deadline(), retries: this.retries });
+    const result = await this.exchange("POST", "/v1/decisions", { body, deadline: this.deadline(), retries: this.retries, signal: opts.signal });
     const made = (effect: "allow" | "deny", error: GateError, extra: Partial<Decision> = {}): Decision => ({
       effect,
       reasons: [{ code: error.code, message: error.detail }],
@@ -268,19 +332,33 @@ export class Gate {
       failOpen: false,
       ...extra,
     });
-    if (result.ok && result.status === 200) {
-      const decision = parseDecision(result.data);
-      if (decision.argsHash !== aHash) {
-        // The server hashed something else: fail closed.
-        return made("deny", new GateError("server args_hash differs from the client's", "args_hash_mismatch"), { decisionId: decision.decisionId });
+    let error: GateError;
+    if (result.ok && result.status === 200 && !result.garbled) {
+      let decision: Decision | null = null;
+      try {
+        decision = parseDecision(result.data);
+      } catch {
+        decision = null;
       }
-      return decision;
+      if (decision) {
+        if (decision.argsHash !== aHash) {
+          // The server hashed something else: fail closed.
+          return made("deny", new GateError("server args_hash differs from the client's", "args_hash_mismatch"), { decisionId: decision.decisionId });
+        }
+        return decision;
+      }
+      error = new GateUnavailable("the server's answer to decide is not the documented shape", MALFORMED, { status: 200 });
+    } else {
+      error = errorOf(result);
     }
-    const error = errorOf(result);
-    if (error instanceof GateUnavailable && this.proceedOnTimeout.has(tool)) {
-      return { ...made("allow", error), failOpen: true, reasons: [{ code: "proceeded_on_timeout", message: `server ${error.code}; ${tool} opted in by name` }] };
+    const direction: FailDirection = FAIL_OPEN_KINDS.has(error.kind) ? (this.failDirections[tool] ?? "deny") : "deny";
+    if (direction === "proceed") {
+      return { ...made("allow", error), failOpen: true, failDirection: "proceed", reasons: [{ code: "proceeded_on_timeout", message: `server ${error.code}; ${tool} opted in by name` }] };
     }
-    return made("deny", error);
+    if (direction === "ask") {
+      return { ...made("deny", error), effect: "require_approval", failDirection: "ask", reasons: [{ code: "ask_human_on_failure", message: `server ${error.code}; ${tool} asks a person` }] };
+    }
+    return made("deny", error, { failDirection: "deny" });
   }
 
   // ------------------------------------------------------------------ approvals
@@ -424,8 +502,34 @@ export class Gate {
    * unless the exception has a `sideEffect` property) and re-thrown.
    */
   async call<T>(tool: string, args: Record<string, unknown>, fn: (args: any) => T | Promise<T>, opts: CallOptions<T> = {}): Promise<CallResult<T>> {
-    const { costMinor: _c, approvalTimeoutMs: _a, signal: _s, ...decideOpts } = opts;
-    return this.proceed(await this.decide(tool, args, decideOpts), tool, args, fn, opts);
+    const { costMinor: _c, approvalTimeoutMs: _a, mode: callMode, ...decideOpts } = opts;
+    const mode = checkedMode(callMode ?? this.modeOf(tool));
+    if (mode === "off") {
+      // Cosigner is not asked and nothing is recorded.
+      const decision: Decision = { effect: "allow", reasons: [{ code: "mode_off", message: "site mode off" }], argsHash: "", requestId: "", decisionId: null, policy: null, permit: null, approval: null, error: null, failOpen: false };
+      return new CallResult<T>("off", decision, await fn(args));
+    }
+    if (mode === "shadow") {
+      let decision: Decision;
+      try {
+        decision = await this.decide(tool, args, { ...decideOpts, mode: "shadow" });
+      } catch (exc) {
+        if (!(exc instanceof InvalidArguments)) throw exc;
+        // Would have been refused (422): still run it.
+        decision = { effect: "deny", reasons: [{ code: exc.code, message: exc.detail }], argsHash: "", requestId: "", decisionId: null, policy: null, permit: null, approval: null, error: exc, failOpen: false };
+      }
+      return new CallResult<T>("shadow", decision, await fn(args));
+    }
+    const result = await this.proceed(await this.decide(tool, args, decideOpts), tool, args, fn, opts);
+    if (result.status === "proceeded_on_timeout" || result.status === "approved_by_human_on_failure") {
+      console.warn(`${result.decision.requestId} ran WITHOUT a server decision (${result.failure}; fail direction ${result.failDirection})`);
+    }
+    return result;
+  }
+
+  /** The site mode of `tool`: its entry in `modes`, else the gate's `mode`. */
+  modeOf(tool: string): Mode {
+    return this.modes[tool] ?? this.mode;
   }
 
   /**
@@ -437,11 +541,20 @@ export class Gate {
    */
   async proceed<T>(decision: Decision, tool: string, args: Record<string, unknown>, fn: (args: any) => T | Promise<T>, opts: CallOptions<T> = {}): Promise<CallResult<T>> {
     const { costMinor, approvalTimeoutMs, signal } = opts;
-    if (decision.failOpen) {
-      console.warn(`${decision.requestId} ran WITHOUT a decision (server ${decision.error?.code}; proceedOnTimeout)`);
-      return new CallResult<T>("proceeded_on_timeout", decision, await fn(args));
+    if (decision.failDirection === "ask" && decision.error) {
+      let yes = false;
+      try {
+        yes = this.askHuman ? (await this.askHuman(tool, { ...args }, decision.error)) === true : false;
+      } catch {
+        yes = false;
+      }
+      if (!yes) return new CallResult<T>("denied", decision, undefined, null, null, null, "ask");
+      return new CallResult<T>("approved_by_human_on_failure", decision, await fn(args), null, null, null, "ask");
     }
-    if (decision.effect === "deny") return new CallResult<T>("denied", decision);
+    if (decision.failOpen) {
+      return new CallResult<T>("proceeded_on_timeout", decision, await fn(args), null, null, null, "proceed");
+    }
+    if (decision.effect === "deny") return new CallResult<T>("denied", decision, undefined, null, null, null, decision.failDirection ?? null);
     let permit = decision.permit;
     let approval: Approval | null = null;
     if (decision.effect === "require_approval") {

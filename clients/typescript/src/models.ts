@@ -1,5 +1,5 @@
 /** Typed results of the three gates, built from the server's JSON. */
-import { CallRefused, GateError } from "./errors.js";
+import { CallRefused, GateError, type ErrorKind } from "./errors.js";
 
 export type Effect = "allow" | "deny" | "require_approval";
 export type ApprovalStatus = "pending" | "approved" | "rejected" | "expired" | "cancelled";
@@ -44,7 +44,12 @@ export interface Decision {
   error: GateError | null;
   /** A client-made allow for a tool named in `proceedOnTimeout`. */
   failOpen: boolean;
+  /** The fail direction applied when the server could not decide (`deny`, `ask`, `proceed`); absent when it decided. */
+  failDirection?: FailDirection | null;
 }
+
+export type FailDirection = "deny" | "proceed" | "ask";
+export type Mode = "off" | "shadow" | "on";
 
 export interface Redemption {
   ok: boolean;
@@ -72,7 +77,10 @@ export type CallStatus =
   | "approval_cancelled"
   | "approval_timeout"
   | "redeem_refused"
-  | "proceeded_on_timeout";
+  | "proceeded_on_timeout"
+  | "approved_by_human_on_failure"
+  | "shadow"
+  | "off";
 
 function b64urlJson(part: string): any {
   return JSON.parse(Buffer.from(part, "base64url").toString("utf8"));
@@ -107,7 +115,11 @@ export function parseApproval(data: any): Approval {
   };
 }
 
+/** A decision as the server sent it; throws when it is not the documented shape (→ `malformed`). */
 export function parseDecision(data: any): Decision {
+  if (!data || typeof data !== "object" || !["allow", "deny", "require_approval"].includes(data.effect) || typeof data.args_hash !== "string" || typeof data.request_id !== "string" || (data.reasons !== undefined && !Array.isArray(data.reasons))) {
+    throw new TypeError("not a decision");
+  }
   const approval = data.approval && typeof data.approval === "object" && "id" in data.approval ? parseApproval(data.approval) : null;
   return {
     effect: data.effect,
@@ -132,10 +144,21 @@ export class CallResult<T = unknown> {
     readonly approval: Approval | null = null,
     readonly redemption: Redemption | null = null,
     readonly outcome: OutcomeReport | null = null,
+    /** The fail direction applied when the server could not decide; null when it decided. */
+    readonly failDirection: FailDirection | null = null,
   ) {}
 
+  /** The body ran: through the gates, opted in on a failure (`proceed` / a human's yes), or in mode `shadow` / `off`. */
   get executed(): boolean {
-    return this.status === "executed" || this.status === "proceeded_on_timeout";
+    return ["executed", "proceeded_on_timeout", "approved_by_human_on_failure", "shadow", "off"].includes(this.status);
+  }
+
+  /** The failure kind that decided this result, if any. */
+  get failure(): string | null {
+    for (const part of [this.redemption, this.approval, this.decision]) {
+      if (part?.error) return part.error.kind;
+    }
+    return null;
   }
 
   /** Why the body did not run: the decisive gate's code ("" when it ran). */
@@ -149,7 +172,7 @@ export class CallResult<T = unknown> {
 
   /** The tool's value; throws {@link CallRefused} when it did not run. */
   unwrap(): T {
-    if (!this.executed) throw new CallRefused(`${this.status}: ${this.code}`, this.code);
+    if (!this.executed) throw new CallRefused(`${this.status}: ${this.code}`, this.code, { kind: (this.failure ?? "refused") as ErrorKind });
     return this.value as T;
   }
 }

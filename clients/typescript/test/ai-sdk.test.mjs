@@ -85,3 +85,16 @@ test("AI SDK: a call needing approval pauses; approved in Cosigner, the resume r
   const output = JSON.stringify(again.response.messages);
   assert.match(output, /already_redeemed/);
 });
+
+test("AI SDK: site mode shadow runs even a call the policy denies (no pause); off asks nothing", live, async () => {
+  const counter = { read_note: 0, delete_everything: 0, wire_money: 0 };
+  const gate = new Gate(env.url, env.runtime, { ...ACTORS, run: `run-${randomUUID()}`, modes: { delete_everything: "shadow", wire_money: "off" } });
+  const gated = cosignerTools(gate, tools(counter));
+  for (const call of [{ id: "s1", name: "delete_everything", args: { scope: "all" } }, { id: "s2", name: "wire_money", args: { to: "acct-1", amount_minor: 5 } }]) {
+    const { model, prompts } = scripted(call);
+    const result = await generateText({ model, tools: gated, prompt: "go", stopWhen: stepCountIs(3) });
+    assert.equal(result.text, "done");
+    assert.doesNotMatch(prompts.at(-1), /Cosigner did not run/);
+  }
+  assert.deepEqual(counter, { read_note: 0, delete_everything: 1, wire_money: 1 });
+});
