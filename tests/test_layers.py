@@ -138,10 +138,15 @@ def test_docstrings_name_modules_that_exist() -> None:
     reshape of issue 14 left references to ``server.rejections`` and the like)."""
     # In backticks (``:mod:`x```) or parentheses, not URLs or logger names.
     named = re.compile(r"[`(]((?:cosigner|server)(?:\.[A-Za-z_]+)+)[`)]")
+    # Dotted names that are not modules: the reserved tool of program barriers and the
+    # access logger.
+    not_modules = {"cosigner.barrier", "cosigner.access"}
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             for name in named.findall(line):
+                if name in not_modules:
+                    continue
                 if name.startswith("server.") or not _importable(name):
                     offenders.append(f"{path.relative_to(PACKAGE.parent)}:{number}: {name}")
     assert not offenders, "\n".join(offenders)
