@@ -131,7 +131,7 @@ def list_keys(args: argparse.Namespace, settings: Settings) -> int:
     async def query(conn: AsyncConnection) -> list[dict[str, Any]]:
         rows = await conn.execute(select(signing_keys).order_by(
             signing_keys.c.activates_at.desc(), signing_keys.c.kid))
-        return [{"kid": row.kid, "state": key_state(row, now), "alg": "Ed25519",
+        return [{"kid": row.kid, "state": key_state(row, now), "alg": row.alg,
                  "created_at": _iso(row.created_at), "activates_at": _iso(row.activates_at),
                  "retired_at": _iso(row.retired_at), "not_after": _iso(row.not_after),
                  "private_key_stored": row.private_sealed is not None} for row in rows]

@@ -86,7 +86,7 @@ def test_workers_sum_their_metrics(tmp_path: Path, db_kind: str, pg_url: str | N
             shares.append(sum(
                 s.value for family in MultiProcessCollector._read_metrics([str(path)]).values()
                 for s in family.samples if s.name == "cosigner_decisions_total"
-                and dict(s.labels) == {"effect": "allow", "reason": "fine"}))
+                and dict(s.labels) == {"effect": "allow", "reason": "fine", "mode": "on"}))
         assert sum(shares) == count and len(shares) == 2
         assert min(shares) > 0, shares  # both workers decided: the scrape must sum them
         for _ in range(4):  # whichever worker answers the scrape sums every worker's
@@ -96,7 +96,8 @@ def test_workers_sum_their_metrics(tmp_path: Path, db_kind: str, pg_url: str | N
             total = sum(s.value for family in text_string_to_metric_families(resp.text)
                         for s in family.samples
                         if s.name == "cosigner_decisions_total"
-                        and s.labels == {"effect": "allow", "reason": "fine"})
+                        and s.labels == {"effect": "allow", "reason": "fine",
+                                         "mode": "on"})
             assert total == count
     finally:
         server.stop()

@@ -16,8 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cosigner.core.clock import system_clock
 from cosigner.db.database import Database
+from cosigner.db.migrate import upgrade
 from cosigner.identity.principals import create_api_key
-from tests.conftest import Harness, LiveServer, free_port, start_module_server
+from tests.conftest import Harness, LiveServer, _pg_admin, free_port, start_module_server
 from tests.http.approval_helpers import FINANCE, scripted, write_scripted_bundle
 
 METRICS_TOKEN = "metrics-token-0123456789"
@@ -35,12 +36,27 @@ def live(tmp_path_factory: pytest.TempPathFactory, db_kind: str, pg_url: str | N
         "    if input['args'].get('boom'):\n"
         "        raise ValueError('bad value ' + input['args']['boom'])\n"
         "    return input['context']['result']\n")
+    # The pending-approvals gauge labels the 20 tenants with the most pending requests:
+    # on the session's shared PostgreSQL database other tests' tenants would outrank this
+    # module's, so on PostgreSQL it gets a database of its own.
+    own_pg: str | None = None
+    if db_kind == "postgres":
+        assert pg_url is not None
+        name = f"{pg_url.rsplit('/', 1)[1]}_metrics"
+        _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _pg_admin(f'CREATE DATABASE "{name}"')
+        own_pg = pg_url.rsplit("/", 1)[0] + "/" + name
+        asyncio.run(upgrade(own_pg))
     server, url = start_module_server(
-        folder, db_kind=db_kind, pg_url=pg_url, sqlite_template=sqlite_template,
+        folder, db_kind=db_kind, pg_url=own_pg or pg_url, sqlite_template=sqlite_template,
         bundle_dirs=[bundles], args=("--access-log",), COSIGNER_LOG_LEVEL="info",
         COSIGNER_METRICS_TOKEN=METRICS_TOKEN)
-    yield server, url
-    server.stop()
+    try:
+        yield server, url
+    finally:
+        server.stop()
+        if own_pg is not None:
+            _pg_admin(f'DROP DATABASE IF EXISTS "{own_pg.rsplit("/", 1)[1]}" WITH (FORCE)')
 
 
 def keys(database_url: str, tenant: str) -> dict[str, str]:
