@@ -50,7 +50,12 @@ from cosigner.db import generations
 from cosigner.db.database import Database
 from cosigner.db.tables import api_keys, principals
 from cosigner.db.tables_web import signin_failures, web_sessions
-from cosigner.identity.principals import _TENANT_RE, Caller, get_or_create_principal
+from cosigner.identity.principals import (
+    _TENANT_RE,
+    PASSWORD_AUTHN,
+    Caller,
+    get_or_create_principal,
+)
 
 log = logging.getLogger("cosigner.accounts")
 
@@ -268,4 +273,4 @@ async def authenticate_password(db: Database, *, tenant: str, name: str, passwor
     async with db.transaction() as conn:
         await conn.execute(delete(signin_failures).where(signin_failures.c.key == account_key))
     return Caller(tenant=tenant, principal_id=row.id, subject=row.subject,
-                  roles=frozenset(row.roles), kind="user")
+                  roles=frozenset(row.roles), kind="user", authn=PASSWORD_AUTHN)

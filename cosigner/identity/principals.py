@@ -44,14 +44,48 @@ KEY_CACHE_TTL_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
+class Authn:
+    """How a caller authenticated, for rules that ask more than "who" (step-up, signed
+    reviews).
+
+    ``method``: ``"api_key"``, ``"password"`` (a local account's web session), ``"oidc"``
+    (a web session signed in through the tenant's OpenID provider) or ``"slack"`` (a
+    linked Slack user's click). ``acr``/``amr``/``auth_time`` are the ID token's claims of
+    the same names (OpenID Connect Core 1.0 §2; ``auth_time`` in seconds since the epoch),
+    set only for ``"oidc"``.
+    """
+
+    method: str
+    acr: str | None = None
+    amr: tuple[str, ...] = ()
+    auth_time: int | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The ``authn`` object recorded in review events."""
+        out: dict[str, Any] = {"method": self.method}
+        if self.acr is not None:
+            out["acr"] = self.acr
+        if self.amr:
+            out["amr"] = list(self.amr)
+        if self.auth_time is not None:
+            out["auth_time"] = self.auth_time
+        return out
+
+
+API_KEY_AUTHN = Authn("api_key")
+PASSWORD_AUTHN = Authn("password")
+
+
+@dataclass(frozen=True, slots=True)
 class Caller:
-    """The authenticated identity of a request."""
+    """The authenticated identity of a request; ``authn`` says how it authenticated."""
 
     tenant: str
     principal_id: str
     subject: str
     roles: frozenset[str]
     kind: str  # "key" | "user"
+    authn: Authn = API_KEY_AUTHN
 
     def has_any(self, *roles: str) -> bool:
         return not self.roles.isdisjoint(roles)

@@ -17,7 +17,7 @@ from sqlalchemy import delete, select
 from cosigner.db.database import Database
 from cosigner.db.tables import principals
 from cosigner.db.tables_web import web_sessions
-from cosigner.identity.principals import Caller
+from cosigner.identity.principals import PASSWORD_AUTHN, Caller
 
 COOKIE = "cosigner_session"
 #: Pre-sign-in cookie: the login form's CSRF token is bound to it.
@@ -89,4 +89,4 @@ async def load(db: Database, raw: str, *, now: datetime, idle_timeout_s: int) ->
             await conn.execute(web_sessions.update().where(web_sessions.c.id_hash == id_hash)
                                .values(last_seen_at=now))
     return Caller(tenant=row.tenant, principal_id=row.id, subject=row.subject,
-                  roles=frozenset(row.roles), kind="user")
+                  roles=frozenset(row.roles), kind="user", authn=PASSWORD_AUTHN)
