@@ -85,10 +85,10 @@ class MessageSync:
                  .outerjoin(slack_messages, slack_messages.c.approval_id == approvals.c.id)
                  .where(approvals.c.tenant.in_(tenants), approvals.c.status == "pending",
                         approvals.c.expires_at > now, slack_messages.c.approval_id.is_(None))
-                 .limit(BATCH))
+                 .order_by(approvals.c.id).limit(BATCH))  # one lock order on every replica
         retry = (select(slack_messages.c.approval_id, slack_messages.c.tenant)
                  .where(slack_messages.c.tenant.in_(tenants), self._due(now, "posting"))
-                 .limit(BATCH))
+                 .order_by(slack_messages.c.approval_id).limit(BATCH))
         async with self._db.read() as conn:
             new = (await conn.execute(fresh)).all()
             waiting = (await conn.execute(retry)).all()
@@ -161,7 +161,7 @@ class MessageSync:
                         slack_messages.c.channel, slack_messages.c.ts)
                  .join(approvals, approvals.c.id == slack_messages.c.approval_id)
                  .where(slack_messages.c.tenant.in_(tenants), self._due(now, "open"), moved)
-                 .limit(BATCH))
+                 .order_by(slack_messages.c.approval_id).limit(BATCH))
         async with self._db.read() as conn:
             rows = (await conn.execute(query)).all()
         if not rows:
