@@ -103,7 +103,8 @@ async def test_unsigned_badly_signed_and_stale_clicks_change_nothing(
     h = await slack_app(harness_factory, slack, tenant)
     approval_id, _ = await _open(h, tenant)
     await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
-    before = (len(slack.calls), len(await _events(h, tenant)))
+    before = (len(slack.calls), len(await _events(h, tenant)),
+              len(await _events(h, SYSTEM_TENANT, "slack.interaction_refused")))
     payload = click("cosigner_approve", approval_id, user="U0FIONA")
     now = h.context.clock().timestamp()
     body, headers = signed(payload, at=now)
@@ -121,7 +122,9 @@ async def test_unsigned_badly_signed_and_stale_clicks_change_nothing(
     answer = await h.client.post("/v1/slack/interactions", content=tampered, headers=headers)
     assert answer.json()["code"] == "slack_bad_signature"
     assert await _status(h, approval_id) == "pending"
-    assert (len(slack.calls), len(await _events(h, tenant))) == before
+    # Anonymous: the app log has them, no chain does.
+    assert (len(slack.calls), len(await _events(h, tenant)),
+            len(await _events(h, SYSTEM_TENANT, "slack.interaction_refused"))) == before
     # The genuine request still works.
     assert (await h.client.post("/v1/slack/interactions", content=body,
                                 headers=headers)).status_code == 200

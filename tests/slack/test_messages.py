@@ -144,3 +144,28 @@ async def test_the_message_follows_decision_cancel_and_expiry(
         assert (row.state, row.shown_status) == ("done", word.lower())
     assert "fiona" in json.dumps(updates[ts[approved]]["blocks"])
     assert await h.tasks.slack_sync.run_once() == 0  # nothing moves twice
+
+
+async def test_a_failed_update_is_retried(harness_factory: Any, tenant: str,
+                                          slack: SlackStandIn) -> None:
+    clock = FrozenClock(datetime.now(UTC))
+    h = await slack_app(harness_factory, slack, tenant, clock=clock)
+    approval_id = await _open(h, tenant)
+    await h.tasks.slack_sync.run_once()
+    runtime = await h.headers(tenant, "runtime", subject="agent-runtime")
+    assert (await h.client.post(f"/v1/approvals/{approval_id}/cancel",
+                                headers=runtime)).status_code == 200
+    slack.fail["chat.update"] = 2
+    assert await h.tasks.slack_sync.run_once() == 0
+    row = await _row(h, approval_id)
+    assert (row.state, row.shown_status, row.attempts) == ("open", "pending", 1)
+    clock.advance(seconds=2)
+    assert await h.tasks.slack_sync.run_once() == 0
+    assert (await _row(h, approval_id)).attempts == 2
+    clock.advance(seconds=3)
+    assert await h.tasks.slack_sync.run_once() == 0  # backoff: 4 s after the second failure
+    clock.advance(seconds=1)
+    assert await h.tasks.slack_sync.run_once() == 1
+    row = await _row(h, approval_id)
+    assert (row.state, row.shown_status, row.attempts) == ("done", "cancelled", 0)
+    assert len(slack.of("chat.update")) == 3
