@@ -187,6 +187,10 @@ async def test_a_link_url_and_a_link_stay_in_their_tenant(
     async with web_client(h) as client:
         await sign_in(client, tenant, "fiona")
         assert (await client.get(path)).status_code == 403
+    # And fiona's click in her own workspace never reaches the other tenant's request.
+    answer = await post(h, click("cosigner_approve", approval_id, user="U0FIONA"))
+    assert answer.status_code == 200 and await _status(h, approval_id) == "pending"
+    assert "not_found" in ephemerals(slack, "U0FIONA")[-1]
 
 
 async def test_reject_opens_a_modal_that_requires_a_reason(

@@ -169,3 +169,28 @@ async def test_a_failed_update_is_retried(harness_factory: Any, tenant: str,
     row = await _row(h, approval_id)
     assert (row.state, row.shown_status, row.attempts) == ("done", "cancelled", 0)
     assert len(slack.of("chat.update")) == 3
+
+
+async def test_an_escalation_updates_the_message_and_keeps_the_buttons(
+        harness_factory: Any, tenant: str, slack: SlackStandIn, tmp_path: Path) -> None:
+    from tests.http.approval_helpers import decide, scripted, write_scripted_bundle
+    from tests.http.test_approval_escalation import escalating
+
+    clock = FrozenClock(datetime.now(UTC))
+    h = await slack_app(harness_factory, slack, tenant, clock=clock,
+                        bundle_dirs=[write_scripted_bundle(tmp_path / "b")])
+    runtime = await h.headers(tenant, "runtime")
+    approval_id = (await decide(h, runtime, scripted(escalating())))["approval"]["id"]
+    assert await h.tasks.slack_sync.run_once() == 1
+    assert "finance 0/1" in json.dumps(slack.of("chat.postMessage")[0].body["blocks"])
+    clock.advance(seconds=60)  # stage 1 (finance, 60 s) is over: manager's turn
+    assert await expire_due(h.db, clock(), settings=h.settings, tenant=tenant) == 1
+    assert await h.tasks.slack_sync.run_once() == 1
+    [update] = slack.of("chat.update")
+    shown = json.dumps(update.body["blocks"])
+    assert "manager 0/1" in shown and "(stage 2)" in shown
+    assert {b["action_id"] for b in _actions(update.body["blocks"])} >= {
+        "cosigner_approve", "cosigner_reject"}
+    row = await _row(h, approval_id)
+    assert (row.state, row.shown_status, row.shown_stage) == ("open", "pending", 2)
+    assert await h.tasks.slack_sync.run_once() == 0
