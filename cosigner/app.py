@@ -35,6 +35,7 @@ from cosigner.http.routes import metrics as metrics_routes
 from cosigner.http.routes import permits as permits_routes
 from cosigner.http.routes import policies as policies_routes
 from cosigner.http.routes import runs as runs_routes
+from cosigner.http.routes import slack as slack_routes
 from cosigner.http.routes import tools as tools_routes
 from cosigner.http.telemetry import RequestTelemetry
 from cosigner.identity.principals import KeyAuthenticator
@@ -129,6 +130,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(runs_routes.router)
     app.include_router(tools_routes.router)
     app.include_router(audit_routes.router)
+    app.include_router(slack_routes.router)
     web.install(app)
     app.add_middleware(RequestTelemetry, access=settings.access_log)
     # Rate limits before routing: a refused request must cost far less than a decision.

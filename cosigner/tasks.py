@@ -12,7 +12,9 @@
 * the audit checkpointer (signed checkpoints) and the keyring's startup events;
 * the webhook delivery worker, when any receiver is configured (it also counts the
   backlog that bounds new approval requests);
-* the totals of rate-limit refusals per ended window (:meth:`Quotas.flush`).
+* the totals of rate-limit refusals per ended window (:meth:`Quotas.flush`);
+* the Slack message sync, when any tenant has Slack configured
+  (:mod:`cosigner.slack.messages`: posts new requests, updates decided ones).
 
 :meth:`Tasks.stop` stops them in reverse order; each loop is cancelled and awaited by one
 helper, so a loop never outlives the app that started it.
@@ -34,6 +36,7 @@ from cosigner.db import generations
 from cosigner.db.replica_sync import ReplicaSync
 from cosigner.keys.store import KeyringFollower
 from cosigner.policy.follower import PolicyFollower
+from cosigner.slack.messages import MessageSync
 from cosigner.webhooks.worker import WebhookWorker
 
 log = logging.getLogger("cosigner.tasks")
@@ -51,6 +54,8 @@ class Tasks:
         self.webhook_worker: WebhookWorker | None = (
             WebhookWorker(ctx.db, settings, ctx.clock, backlog=ctx.webhook_backlog)
             if settings.webhooks else None)
+        self.slack_sync: MessageSync | None = (
+            MessageSync(ctx.db, settings, ctx.clock) if settings.slack else None)
         self._loops: list[asyncio.Task[None]] = []
         self.policy_follower = PolicyFollower(ctx.store, ctx.db, ctx.clock)
         self.replica_sync = ReplicaSync(ctx.db, clock=ctx.clock)
@@ -82,6 +87,8 @@ class Tasks:
                     self.ctx.quotas.flush)
         if self.webhook_worker is not None:
             self.webhook_worker.start()
+        if self.slack_sync is not None:
+            self._every("slack-sync", settings.slack_poll_s, self.slack_sync.run_once)
 
     async def stop(self) -> None:
         """Stop every loop (cancel and await), then drain and stop the writers."""

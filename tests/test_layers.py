@@ -28,7 +28,7 @@ RANKS = {
     "context": 6,
     "permits": 7,
     "approvals": 8,
-    "decisions": 9,
+    "decisions": 9, "slack": 9,
     "tasks": 10,
     "http": 11,
     "web": 12,

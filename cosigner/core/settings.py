@@ -27,6 +27,25 @@ class WebhookTarget(BaseModel):
     secret: SecretStr = Field(min_length=16)
 
 
+class SlackWorkspace(BaseModel):
+    """One tenant's Slack app (README § Slack approvals): where its approval requests are
+    posted, and the secrets that authenticate both directions.
+
+    ``bot_token``: the app's bot token (``xoxb-...``, scope ``chat:write``) for the Web API;
+    ``signing_secret``: the app's signing secret, which keys Slack's ``v0`` request
+    signatures on the interactivity endpoint; ``team_id``: the workspace (``T...``) whose
+    clicks count for this tenant; ``channel``: the channel id (``C...``) or name new
+    requests are posted to (the app must be a member).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bot_token: SecretStr = Field(min_length=8)
+    signing_secret: SecretStr = Field(min_length=8)
+    team_id: str = Field(pattern=r"^[A-Z0-9]{2,32}$")
+    channel: str = Field(min_length=1, max_length=80)
+
+
 class RateLimits(BaseModel):
     """Limits and quotas of one tenant (``0``: no limit). Per replica: each process counts
     in its own memory (README § Rate limits), so N replicas admit up to N times these.
@@ -132,6 +151,15 @@ class Settings(BaseSettings):
     #: Outgoing approval webhooks per tenant (``"*"``: every tenant), e.g.
     #: ``COSIGNER_WEBHOOKS='{"acme": [{"url": "https://hooks.example/x", "secret": "..."}]}'``.
     webhooks: dict[str, list[WebhookTarget]] = Field(default_factory=dict)
+    #: Slack approvals per tenant (:class:`SlackWorkspace`), e.g. ``COSIGNER_SLACK='{"acme":
+    #: {"bot_token": "xoxb-...", "signing_secret": "...", "team_id": "T0123",
+    #: "channel": "C0456"}}'``. A workspace serves one tenant.
+    slack: dict[str, SlackWorkspace] = Field(default_factory=dict)
+    #: Base URL of the Slack Web API (the SDK's ``base_url``; tests point it at a stand-in).
+    slack_api_url: str = Field(default="https://slack.com/api/", pattern=r"^https?://\S+/$")
+    #: Lifetime of a one-time Slack link URL (s), and how often Slack messages are synced.
+    slack_link_ttl_s: int = Field(default=600, ge=60, le=86_400)
+    slack_poll_s: float = Field(default=2.0, gt=0, le=60)
 
     #: Rate limits and quotas per tenant (``"*"``: every tenant without its own entry),
     #: e.g. ``COSIGNER_RATE_LIMITS='{"*": {"tenant_per_s": 200}, "acme": {...}}'``.
@@ -165,6 +193,15 @@ class Settings(BaseSettings):
         if account is not None and value <= account:
             raise ValueError("signin_address_limit must exceed signin_account_limit, so a "
                              "flood on one name never locks its address")
+        return value
+
+    @field_validator("slack")
+    @classmethod
+    def _one_tenant_per_workspace(cls, value: dict[str, SlackWorkspace]
+                                  ) -> dict[str, SlackWorkspace]:
+        teams = [workspace.team_id for workspace in value.values()]
+        if len(teams) != len(set(teams)):
+            raise ValueError("slack: a Slack workspace (team_id) serves one tenant only")
         return value
 
     @field_validator("key_encryption_key")

@@ -148,6 +148,7 @@ def test_the_code_table_is_whole_and_raised() -> None:
         "engine_unavailable",   # remote OPA down: a deny, never a problem (K05)
         "invalid_subject", "invalid_roles", "invalid_tenant",  # principal creation (CLI)
         "invalid_limit",        # the CLI's audit reads; the API bounds limit by schema
+        "principal_disabled",   # a Slack click's refusal: answered in Slack, logged
     }
     assert not unlisted, f"raised but not in cosigner.http.codes.CODES: {sorted(unlisted)}"
     for entries in ROUTE_CODES.values():

@@ -1,0 +1,148 @@
+"""Slack users linked to Cosigner principals, through a one-time link the person confirms
+while signed in to Cosigner.
+
+An unlinked user's click gets a link URL (:func:`issue_token`): 256 random bits, only its
+SHA-256 stored, bound to the tenant, the Slack team and the Slack user, valid
+``settings.slack_link_ttl_s``, usable once. Opened while signed in to the tenant's web
+pages, it shows what will be linked; the confirming POST (CSRF-checked by the page)
+calls :func:`confirm`, which spends the token and stores (tenant, team, user) → principal,
+logged ``slack.linked``. A link belongs to its tenant: :func:`caller_for` only ever reads
+the link of the tenant the click was verified for, and builds the :class:`Caller` from the
+principal's *current* row (roles; a disabled principal is refused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select, update
+
+from cosigner.audit.chain import Event, append
+from cosigner.core.errors import Forbidden, NotFound
+from cosigner.db.database import Database
+from cosigner.db.tables import principals
+from cosigner.db.tables_slack import slack_link_tokens, slack_links
+from cosigner.identity.principals import Authn, Caller
+
+SLACK_AUTHN = Authn("slack")
+
+
+@dataclass(frozen=True, slots=True)
+class SlackUser:
+    """Who clicked, as Slack's signed payload says: workspace, user id, user name."""
+
+    team_id: str
+    user_id: str
+    name: str = ""
+
+    def actor(self) -> dict[str, Any]:
+        """The ``actor`` of events about a click no principal is linked to."""
+        return {"subject": f"slack:{self.team_id}/{self.user_id}", "principal_id": None,
+                "kind": "slack"}
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def link_url(public_url: str, token: str) -> str:
+    return f"{public_url.rstrip('/')}/ui/slack/link/{token}"
+
+
+async def issue_token(db: Database, *, tenant: str, user: SlackUser, now: datetime,
+                      ttl_s: int) -> str:
+    """A fresh one-time link token for ``user`` in ``tenant`` (only its hash is stored).
+
+    The user's expired or spent tokens are deleted on the way.
+    """
+    token = secrets.token_urlsafe(32)
+    async with db.transaction() as conn:
+        await conn.execute(delete(slack_link_tokens).where(
+            slack_link_tokens.c.tenant == tenant, slack_link_tokens.c.team_id == user.team_id,
+            slack_link_tokens.c.user_id == user.user_id,
+            (slack_link_tokens.c.expires_at <= now) | slack_link_tokens.c.used_at.is_not(None)))
+        await conn.execute(slack_link_tokens.insert().values(
+            token_hash=_hash(token), tenant=tenant, team_id=user.team_id,
+            user_id=user.user_id, user_name=user.name[:256] or None, created_at=now,
+            expires_at=now + timedelta(seconds=ttl_s), used_at=None))
+    return token
+
+
+async def pending_link(db: Database, caller: Caller, token: str, *,
+                       now: datetime) -> SlackUser:
+    """The Slack user a link token would link to ``caller`` (nothing is changed).
+
+    Raises:
+        NotFound: ``not_found`` — unknown, expired or spent token.
+        Forbidden: ``forbidden`` — the token was issued for another tenant.
+    """
+    async with db.read() as conn:
+        row = (await conn.execute(select(slack_link_tokens).where(
+            slack_link_tokens.c.token_hash == _hash(token[:100])))).first()
+    if row is None or row.used_at is not None or now >= _aware(row.expires_at):
+        raise NotFound("this link is unknown, expired or already used; click the button "
+                       "in Slack again for a new one")
+    if row.tenant != caller.tenant:
+        raise Forbidden("this link belongs to another Cosigner tenant")
+    return SlackUser(row.team_id, row.user_id, row.user_name or "")
+
+
+async def confirm(db: Database, caller: Caller, token: str, *, now: datetime) -> SlackUser:
+    """Spend the token and link its Slack user to ``caller`` (replacing an earlier link of
+    that Slack user in this tenant); logs ``slack.linked`` in the tenant's chain.
+
+    Raises:
+        NotFound, Forbidden: as :func:`pending_link` (checked again under the write).
+    """
+    user = await pending_link(db, caller, token, now=now)
+    async with db.transaction() as conn:
+        spent = await conn.execute(update(slack_link_tokens).where(
+            slack_link_tokens.c.token_hash == _hash(token[:100]),
+            slack_link_tokens.c.tenant == caller.tenant,
+            slack_link_tokens.c.used_at.is_(None),
+            slack_link_tokens.c.expires_at > now).values(used_at=now))
+        if spent.rowcount != 1:  # another request spent it first
+            raise NotFound("this link is unknown, expired or already used")
+        await conn.execute(delete(slack_links).where(
+            slack_links.c.tenant == caller.tenant, slack_links.c.team_id == user.team_id,
+            slack_links.c.user_id == user.user_id))
+        await conn.execute(slack_links.insert().values(
+            tenant=caller.tenant, team_id=user.team_id, user_id=user.user_id,
+            user_name=user.name[:256] or None, principal_id=caller.principal_id,
+            created_at=now))
+        await append(conn, caller.tenant, [Event(
+            type="slack.linked", actor=caller.actor(), principal=caller.subject,
+            payload={"team_id": user.team_id, "user_id": user.user_id,
+                     "principal_id": caller.principal_id})], now=now)
+    return user
+
+
+async def caller_for(db: Database, tenant: str, user: SlackUser) -> Caller | None:
+    """The :class:`Caller` of ``user``'s link in ``tenant`` (``authn`` ``slack``, roles
+    as stored now), or ``None`` when the user is not linked in this tenant.
+
+    Raises:
+        Forbidden: ``principal_disabled`` — the linked principal is disabled.
+    """
+    async with db.read() as conn:
+        row = (await conn.execute(
+            select(principals.c.id, principals.c.tenant, principals.c.subject,
+                   principals.c.roles, principals.c.disabled)
+            .join(slack_links, slack_links.c.principal_id == principals.c.id)
+            .where(slack_links.c.tenant == tenant, slack_links.c.team_id == user.team_id,
+                   slack_links.c.user_id == user.user_id,
+                   principals.c.tenant == tenant))).first()
+    if row is None:
+        return None
+    if row.disabled:
+        raise Forbidden("the linked Cosigner principal is disabled", code="principal_disabled")
+    return Caller(tenant=row.tenant, principal_id=row.id, subject=row.subject,
+                  roles=frozenset(row.roles), kind="user", authn=SLACK_AUTHN)

@@ -1,0 +1,280 @@
+"""Slack clicks: signed interactivity requests reach the one review function as the linked
+principal, with every rule of the API and the pages; anything unsigned, stale or badly
+signed changes nothing."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from cosigner.core.clock import FrozenClock
+from cosigner.core.roles import SYSTEM_TENANT
+from cosigner.db.tables import audit_events
+from cosigner.db.tables_approvals import approvals, reviews
+from cosigner.db.tables_slack import slack_link_tokens, slack_links
+from tests.slack.conftest import (
+    SIGNING_SECRET,
+    TEAM,
+    click,
+    ephemerals,
+    link_path,
+    link_user,
+    post,
+    reject_submission,
+    signed,
+    slack_app,
+    workspace,
+)
+from tests.slack.standin import SlackStandIn
+from tests.web.conftest import add_user, csrf_of, refund_request, sign_in, web_client
+
+
+async def _open(h: Any, tenant: str, amount: int = 150_000) -> tuple[str, dict[str, str]]:
+    runtime = await h.headers(tenant, "runtime", subject="agent-runtime")
+    decision = (await h.client.post("/v1/decisions", json=refund_request(amount),
+                                    headers=runtime)).json()
+    assert decision["effect"] == "require_approval", decision
+    return str(decision["approval"]["id"]), runtime
+
+
+async def _status(h: Any, approval_id: str) -> str:
+    async with h.db.read() as conn:
+        return str((await conn.execute(select(approvals.c.status).where(
+            approvals.c.id == approval_id))).scalar_one())
+
+
+async def _events(h: Any, tenant: str, kind: str | None = None) -> list[dict[str, Any]]:
+    query = select(audit_events.c.body).where(audit_events.c.tenant == tenant)
+    if kind is not None:
+        query = query.where(audit_events.c.type == kind)
+    async with h.db.read() as conn:
+        return [json.loads(b) for b in (await conn.execute(
+            query.order_by(audit_events.c.seq))).scalars()]
+
+
+async def test_a_linked_approver_approves_and_the_permit_redeems(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    h = await slack_app(harness_factory, slack, tenant)
+    approval_id, runtime = await _open(h, tenant)
+    await h.tasks.slack_sync.run_once()
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+
+    answer = await post(h, click("cosigner_approve", approval_id, user="U0FIONA"))
+    assert answer.status_code == 200 and answer.content == b""
+    assert await _status(h, approval_id) == "approved"
+    assert "permit is minted" in ephemerals(slack, "U0FIONA")[-1]
+    [reviewed] = [e for e in await _events(h, tenant, "approval.reviewed")]
+    assert reviewed["actor"]["subject"] == "fiona"
+    # The permit the Slack click minted redeems like any other.
+    state = (await h.client.get(f"/v1/approvals/{approval_id}", headers=runtime)).json()
+    redeemed = await h.client.post("/v1/permits/redeem", headers=runtime, json={
+        "permit": state["permit"]["token"], "tool": "issue_refund",
+        "args": refund_request()["args"]})
+    assert redeemed.status_code == 200, redeemed.text
+    # The click ran the message sync: the channel message shows the outcome, no buttons.
+    [update_call] = slack.of("chat.update")
+    assert "Approved" in update_call.body["text"]
+    assert not [b for b in update_call.body["blocks"] if b["type"] == "actions"]
+
+
+async def test_self_approval_and_a_missing_role_are_refused_with_a_message(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    h = await slack_app(harness_factory, slack, tenant)
+    approval_id, _ = await _open(h, tenant)
+    # The call's initiator holds finance too: separation of duties refuses them.
+    await link_user(h, slack, tenant, slack_user="U0AGENT", name="agent-support",
+                    roles=("finance",))
+    await link_user(h, slack, tenant, slack_user="U0SAM", name="sam", roles=("security",))
+    for user, code in (("U0AGENT", "self_approval"), ("U0SAM", "not_eligible")):
+        answer = await post(h, click("cosigner_approve", approval_id, user=user))
+        assert answer.status_code == 200
+        assert code in ephemerals(slack, user)[-1]
+    assert await _status(h, approval_id) == "pending"
+    refused = await _events(h, tenant, "approval.review_refused")
+    assert [(e["actor"]["subject"], e["payload"]["code"]) for e in refused] == [
+        ("agent-support", "self_approval"), ("sam", "not_eligible")]
+
+
+async def test_unsigned_badly_signed_and_stale_clicks_change_nothing(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    h = await slack_app(harness_factory, slack, tenant)
+    approval_id, _ = await _open(h, tenant)
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    before = (len(slack.calls), len(await _events(h, tenant)),
+              len(await _events(h, SYSTEM_TENANT, "slack.interaction_refused")))
+    payload = click("cosigner_approve", approval_id, user="U0FIONA")
+    now = h.context.clock().timestamp()
+    body, headers = signed(payload, at=now)
+    cases = {
+        "slack_unsigned": {"content-type": headers["content-type"]},
+        "slack_bad_signature": {**headers, "x-slack-signature": "v0=" + "0" * 64},
+        "slack_stale": signed(payload, at=now - 301)[1],
+    }
+    wrong_secret = signed(payload, at=now, secret="another-apps-signing-secret")
+    for code, sent in (*cases.items(), ("slack_bad_signature", wrong_secret[1])):
+        answer = await h.client.post("/v1/slack/interactions", content=body, headers=sent)
+        assert (answer.status_code, answer.json()["code"]) == (401, code), code
+    # A signed body edited after signing fails too.
+    tampered = body.replace(b"U0FIONA", b"U0MALLO")
+    answer = await h.client.post("/v1/slack/interactions", content=tampered, headers=headers)
+    assert answer.json()["code"] == "slack_bad_signature"
+    assert await _status(h, approval_id) == "pending"
+    # Anonymous: the app log has them, no chain does.
+    assert (len(slack.calls), len(await _events(h, tenant)),
+            len(await _events(h, SYSTEM_TENANT, "slack.interaction_refused"))) == before
+    # The genuine request still works.
+    assert (await h.client.post("/v1/slack/interactions", content=body,
+                                headers=headers)).status_code == 200
+    assert await _status(h, approval_id) == "approved"
+
+
+async def test_an_unlinked_user_gets_a_one_time_link(harness_factory: Any, tenant: str,
+                                                     slack: SlackStandIn) -> None:
+    h = await slack_app(harness_factory, slack, tenant)
+    approval_id, _ = await _open(h, tenant)
+    answer = await post(h, click("cosigner_approve", approval_id, user="U0NEW"))
+    assert answer.status_code == 200
+    assert await _status(h, approval_id) == "pending"
+    path = link_path(ephemerals(slack, "U0NEW")[-1])
+    token = path.rsplit("/", 1)[-1]
+    async with h.db.read() as conn:
+        stored = (await conn.execute(select(slack_link_tokens).where(
+            slack_link_tokens.c.tenant == tenant))).all()
+    assert [(r.team_id, r.user_id) for r in stored] == [(TEAM, "U0NEW")]
+    assert stored[0].token_hash != token and len(stored[0].token_hash) == 64  # hashed
+    [refused] = await _events(h, tenant, "slack.interaction_refused")
+    assert refused["payload"]["code"] == "slack_not_linked"
+
+    await add_user(h.db, tenant, "fiona", "finance")
+    async with web_client(h) as client:
+        # Signed out: the link page sends to sign-in first, and back.
+        first = await client.get(path)
+        assert first.status_code == 303 and first.headers["location"].endswith(path)
+        await sign_in(client, tenant, "fiona")
+        form = await client.get(path)
+        assert "U0NEW" in form.text and "fiona" in form.text
+        no_csrf = await client.post(path, data={"csrf_token": "0" * 64})
+        assert no_csrf.status_code == 403
+        done = await client.post(path, data={"csrf_token": csrf_of(form.text)})
+        assert done.status_code == 200 and 'id="slack-linked"' in done.text
+        again = await client.post(path, data={"csrf_token": csrf_of(form.text)})
+        assert again.status_code == 404  # single use
+    async with h.db.read() as conn:
+        assert (await conn.execute(select(func.count()).select_from(slack_links).where(
+            slack_links.c.tenant == tenant))).scalar_one() == 1
+    assert len(await _events(h, tenant, "slack.linked")) == 1
+    assert (await post(h, click("cosigner_approve", approval_id, user="U0NEW"))
+            ).status_code == 200
+    assert await _status(h, approval_id) == "approved"
+
+
+async def test_a_link_url_and_a_link_stay_in_their_tenant(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    other = tenant + "-b"
+    h = await slack_app(harness_factory, slack, tenant, slack={
+        tenant: workspace(), other: workspace(team="T0OTHER")})
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    approval_id, _ = await _open(h, other)
+    # The same Slack user id in the other tenant's workspace is not linked there.
+    answer = await post(h, click("cosigner_approve", approval_id, user="U0FIONA",
+                                 team="T0OTHER"))
+    assert answer.status_code == 200 and await _status(h, approval_id) == "pending"
+    path = link_path(ephemerals(slack, "U0FIONA")[-1])
+    # That link URL, opened by tenant's fiona, is refused: it belongs to the other tenant.
+    async with web_client(h) as client:
+        await sign_in(client, tenant, "fiona")
+        assert (await client.get(path)).status_code == 403
+    # And fiona's click in her own workspace never reaches the other tenant's request.
+    answer = await post(h, click("cosigner_approve", approval_id, user="U0FIONA"))
+    assert answer.status_code == 200 and await _status(h, approval_id) == "pending"
+    assert "not_found" in ephemerals(slack, "U0FIONA")[-1]
+
+
+async def test_reject_opens_a_modal_that_requires_a_reason(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    h = await slack_app(harness_factory, slack, tenant)
+    approval_id, _ = await _open(h, tenant)
+    await h.tasks.slack_sync.run_once()
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    answer = await post(h, click("cosigner_reject", approval_id, user="U0FIONA"))
+    assert answer.status_code == 200
+    [opened] = slack.of("views.open")
+    assert opened.body["trigger_id"] == "1337.42.d3adb33f"
+    view = opened.body["view"]
+    assert view["callback_id"] == "cosigner_reject"
+    assert await _status(h, approval_id) == "pending"
+
+    empty = await post(h, reject_submission(view, "   ", user="U0FIONA"))
+    assert empty.status_code == 200
+    assert empty.json() == {"response_action": "errors",
+                            "errors": {"reason": "Not recorded: A reason is required to "
+                                                 "reject. (comment_required)"}}
+    assert await _status(h, approval_id) == "pending"
+    refused = (await _events(h, tenant, "slack.interaction_refused"))[-1]
+    assert (refused["payload"]["code"], refused["actor"]["subject"]) == (
+        "comment_required", "fiona")
+
+    done = await post(h, reject_submission(view, "customer already refunded",
+                                           user="U0FIONA"))
+    assert done.status_code == 200 and done.content == b""
+    assert await _status(h, approval_id) == "rejected"
+    async with h.db.read() as conn:
+        comment = (await conn.execute(select(reviews.c.comment).where(
+            reviews.c.approval_id == approval_id))).scalar_one()
+    assert comment == "customer already refunded"
+    [update_call] = slack.of("chat.update")
+    assert "Rejected" in update_call.body["text"]
+    assert "customer already refunded" in json.dumps(update_call.body["blocks"])
+
+
+async def test_a_step_up_requirement_sends_the_person_to_the_web_page(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    h = await slack_app(harness_factory, slack, tenant)
+    approval_id, _ = await _open(h, tenant)
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    async with h.db.transaction() as conn:  # as a policy asking for MFA would store it
+        row = (await conn.execute(select(approvals.c.requirement).where(
+            approvals.c.id == approval_id))).scalar_one()
+        await conn.execute(update(approvals).where(approvals.c.id == approval_id).values(
+            requirement={**row, "assurance": "mfa", "max_auth_age_s": 300}))
+    answer = await post(h, click("cosigner_approve", approval_id, user="U0FIONA"))
+    assert answer.status_code == 200
+    assert await _status(h, approval_id) == "pending"
+    text = ephemerals(slack, "U0FIONA")[-1]
+    assert f"/ui/approvals/{approval_id}|" in text and "stronger sign-in" in text
+    codes = [e["payload"]["code"] for e in await _events(h, tenant, "slack.interaction_refused")]
+    assert codes[-1] == "step_up_required"
+
+
+async def test_a_disabled_principal_is_refused(harness_factory: Any, tenant: str,
+                                               slack: SlackStandIn) -> None:
+    from cosigner.db.tables import principals
+
+    h = await slack_app(harness_factory, slack, tenant)
+    approval_id, _ = await _open(h, tenant)
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    async with h.db.transaction() as conn:
+        await conn.execute(update(principals).where(
+            principals.c.tenant == tenant, principals.c.subject == "fiona").values(
+            disabled=True))
+    assert (await post(h, click("cosigner_approve", approval_id, user="U0FIONA"))
+            ).status_code == 200
+    assert await _status(h, approval_id) == "pending"
+    assert "disabled" in ephemerals(slack, "U0FIONA")[-1]
+
+
+async def test_a_workspace_of_no_tenant_is_refused_and_logged(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    clock = FrozenClock(datetime.now(UTC))
+    h = await slack_app(harness_factory, slack, tenant, clock=clock)
+    approval_id, _ = await _open(h, tenant)
+    before = len(await _events(h, SYSTEM_TENANT, "slack.interaction_refused"))
+    answer = await post(h, click("cosigner_approve", approval_id, user="U0X", team="T0ELSE"),
+                        secret=SIGNING_SECRET)
+    assert (answer.status_code, answer.json()["code"]) == (403, "slack_unknown_team")
+    after = await _events(h, SYSTEM_TENANT, "slack.interaction_refused")
+    assert len(after) == before + 1 and after[-1]["payload"]["team_id"] == "T0ELSE"
+    assert await _status(h, approval_id) == "pending" and not slack.calls
