@@ -119,6 +119,9 @@ class AfterReviewedV1(BaseModel):
 class RoleGroupV1(BaseModel):
     role: str
     count: int
+    signature: Literal["webauthn"] | None = Field(
+        default=None, description="Each approval counted here is signed by the approver's "
+                                  "own passkey (README § Signed approvals).")
 
 
 class StageV1(BaseModel):
@@ -140,6 +143,7 @@ class ReviewV1(BaseModel):
     stage: int | None = Field(default=None, description="Escalation stage it was given in.")
     comment: str
     at: str
+    signed: bool = Field(default=False, description="Signed with the reviewer's passkey.")
 
 
 class ApprovalV1(BaseModel):
