@@ -120,8 +120,9 @@ class RoleGroupV1(BaseModel):
     role: str
     count: int
     signature: Literal["webauthn"] | None = Field(
-        default=None, description="Each approval counted here is signed by the approver's "
-                                  "own passkey (README § Signed approvals).")
+        default=None, exclude_if=lambda v: v is None,  # pydantic >= 2.12
+        description="Each approval counted here is signed by the approver's own passkey "
+                    "(README § Signed approvals); absent when not asked.")
 
 
 class StageV1(BaseModel):
