@@ -199,17 +199,12 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
         reviewed=frozenset(r.subject for r in everyone))
     # The signature first: a replayed or foreign assertion is named as such, whatever else
     # the rules would say of the review.
-    signed_roles = requirement.signed_roles()
-    signature: dict[str, Any] | None = None
-    if assertion or (decision == "approved" and held & signed_roles):
-        if not assertion and held - signed_roles:
-            held = held - signed_roles  # unsigned: counts only where no signature is asked
-        else:
-            try:
-                signature = await review_signatures.verify(
-                    deps, conn, caller, row, decision=decision, assertion=assertion, now=now)
-            except ReviewRefused as exc:
-                return _refused(row, who, decision, exc)
+    try:
+        held, signature = await review_signatures.judge(
+            deps, conn, caller, row, requirement, held, decision=decision,
+            assertion=assertion, now=now)
+    except ReviewRefused as exc:
+        return _refused(row, who, decision, exc)
     signed = {"signature": signature} if signature is not None else {}
     refusal = review_rules.refusal_code(ctx, subject=caller.subject, roles=held,
                                         decision=decision)

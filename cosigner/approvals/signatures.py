@@ -41,7 +41,7 @@ from cosigner.identity import passkey_challenges as challenges
 from cosigner.identity import passkeys
 from cosigner.identity.principals import Caller
 from cosigner.policy import quorum
-from cosigner.policy.result import parse_requirement
+from cosigner.policy.result import ApprovalRequirement, parse_requirement
 
 if TYPE_CHECKING:
     from cosigner.context import AppContext
@@ -173,6 +173,28 @@ async def verify(deps: AppContext, conn: AsyncConnection, caller: Caller, row: A
     if moved.rowcount != 1:
         raise _refuse("signature_replayed")
     return {"statement": statement, "statement_digest": b64url(digest), **signed.record()}
+
+
+async def judge(deps: AppContext, conn: AsyncConnection, caller: Caller, row: Any,
+                requirement: ApprovalRequirement, held: frozenset[str], *, decision: str,
+                assertion: Any, now: datetime
+                ) -> tuple[frozenset[str], dict[str, Any] | None]:
+    """``(roles the review may count for, its verified signature or None)``.
+
+    A given assertion is always checked (:func:`verify`). Without one, an approval by a
+    person holding roles of groups that do not ask for a signature counts only for those;
+    one who could count only where a signature is asked is refused ``signature_required``.
+
+    Raises:
+        ReviewRefused: what :func:`verify` raises.
+    """
+    signed_roles = requirement.signed_roles()
+    if not assertion and (decision != "approved" or not held & signed_roles):
+        return held, None
+    if not assertion and held - signed_roles:
+        return held - signed_roles, None
+    return held, await verify(deps, conn, caller, row, decision=decision,
+                              assertion=assertion, now=now)
 
 
 def approver_signature(record: dict[str, Any] | None) -> dict[str, Any] | None:

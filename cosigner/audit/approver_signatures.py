@@ -72,7 +72,7 @@ def _bodies(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
 def _signed_roles_by_stage(requirement: Any) -> list[frozenset[str]]:
     stages: list[frozenset[str]] = []
     while isinstance(requirement, dict):
-        stages.append(frozenset(g.get("role") for g in requirement.get("require") or []
+        stages.append(frozenset(str(g.get("role")) for g in requirement.get("require") or []
                                 if isinstance(g, dict) and g.get("signature")))
         requirement = requirement.get("on_expired")
     return stages
@@ -85,8 +85,10 @@ def check_signed_reviews(lines: Iterable[str]) -> SignatureFault | None:
     at_stage: dict[str, int] = {}
     for body in _bodies(lines):
         kind, seq = body.get("type"), body["seq"]
-        payload = body.get("payload") if isinstance(body.get("payload"), dict) else {}
-        approval_id = (body.get("subject") or {}).get("approval_id")
+        raw_payload = body.get("payload")
+        payload: dict[str, Any] = raw_payload if isinstance(raw_payload, dict) else {}
+        subject = body.get("subject")
+        approval_id = subject.get("approval_id") if isinstance(subject, dict) else None
         if kind == "passkey.registered":
             keys[str(payload.get("credential_id"))] = _Key(
                 str(payload.get("public_key")), str(payload.get("subject")),
@@ -109,7 +111,7 @@ def check_signed_reviews(lines: Iterable[str]) -> SignatureFault | None:
             elif payload.get("decision") == "approved" and approval_id:
                 chain = stages.get(approval_id) or []
                 index = at_stage.get(approval_id, 0)
-                if index < len(chain) and payload.get("role") in chain[index]:
+                if index < len(chain) and str(payload.get("role")) in chain[index]:
                     return SignatureFault(seq, "missing_approver_signature",
                                           f"event {seq}: an approval counted for "
                                           f"{payload.get('role')!r}, which asks for a "
