@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals.requests import load
 from cosigner.core.clock import isoformat
-from cosigner.core.errors import ApprovalStateError, NotFound, ReviewRefused
+from cosigner.core.errors import ApprovalStateError, InvalidRequest, NotFound, ReviewRefused
 from cosigner.core.review_statements import (
     UNSIGNABLE_METHODS,
     Assertion,
@@ -71,9 +71,10 @@ async def begin(deps: AppContext, caller: Caller, approval_id: str, *,
         {"statement": {...}, "publicKey": <PublicKeyCredentialRequestOptions JSON>}
 
     Raises:
-        InvalidRequest-like ReviewRefused: ``signature_required`` (an API key or Slack),
-        ``passkey_missing`` (no live credential). NotFound: no such request in the
-        tenant. ReviewRefused ``not_eligible``. ApprovalStateError ``approval_not_pending``.
+        InvalidRequest: ``invalid_decision``. ReviewRefused: ``signature_required`` (an API
+        key or Slack), ``passkey_missing`` (no live credential), ``not_eligible``.
+        NotFound: no such request in the tenant. ApprovalStateError:
+        ``approval_not_pending``.
     """
     from webauthn import generate_authentication_options, options_to_json
     from webauthn.helpers.structs import (
@@ -82,7 +83,7 @@ async def begin(deps: AppContext, caller: Caller, approval_id: str, *,
     )
 
     if decision not in ("approved", "rejected"):
-        raise ReviewRefused("decision must be approved or rejected", code="invalid_decision")
+        raise InvalidRequest("decision must be approved or rejected", code="invalid_decision")
     if caller.authn.method in UNSIGNABLE_METHODS or caller.kind != "user":
         raise _refuse("signature_required")
     rp = passkeys.relying_party(deps.settings.public_url)

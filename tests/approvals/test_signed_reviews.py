@@ -199,3 +199,20 @@ async def test_per_group_signature(harness_factory: Any, tenant: str, tmp_path: 
     assert state["status"] == "approved"
     approvers = {a["id"]: a for a in claims_of(state["permit"]["token"])["approvers"]}
     assert "signature" not in approvers["fiona"] and "signature" in approvers["sam"]
+
+
+async def test_a_slack_click_never_signs_even_with_an_assertion(scene: Scene) -> None:
+    from dataclasses import replace
+
+    from cosigner.identity.principals import Authn
+
+    fiona = await scene.person("fiona", "finance")
+    key = await scene.register(fiona)
+    approval_id = await scene.decide()
+    assertion = await scene.sign(fiona, key, approval_id)
+    slack = replace(fiona, authn=Authn("slack"))
+    code = await refused(scene, slack, approval_id, decision="approved", assertion=assertion)
+    assert code == "signature_required"
+    # The assertion was not used up by the refusal: fiona's own session still counts it.
+    await reviews.review(scene.h.context, fiona, approval_id, decision="approved",
+                         assertion=assertion)

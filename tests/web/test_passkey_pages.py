@@ -97,6 +97,8 @@ async def test_register_then_sign_through_the_form(h: Harness, tenant: str) -> N
     runtime = await h.headers(tenant, "runtime")
     state = (await h.client.get(f"/v1/approvals/{approval_id}", headers=runtime)).json()
     assert state["status"] == "approved" and state["reviews"][0]["signed"] is True
+    shown = await client.get(f"/ui/approvals/{approval_id}")
+    assert "signed with a passkey" in shown.text
 
 
 async def test_registration_is_single_use_and_needs_user_verification(
