@@ -104,59 +104,72 @@ async def finish_registration(db: Database, clock: Clock, caller: Caller, rp: Re
     """Verify ``navigator.credentials.create()``'s response and store the credential.
 
     The challenge must be one this person was issued, unused and not expired; it is used
-    up whatever the outcome. Logs ``passkey.registered``. Returns :func:`credential_view`.
+    up whatever the outcome. Logs ``passkey.registered``, or ``passkey.registration_refused``
+    with the code (committed before the error is raised). Returns :func:`credential_view`.
 
     Raises:
         Forbidden: not a person's web session. InvalidRequest: ``passkey_invalid`` (the
         response does not verify, or its challenge is unknown, used or expired),
-        ``passkey_exists`` (already registered in this tenant), ``invalid_request``.
+        ``passkey_exists`` (already registered in this tenant).
     """
-    from webauthn import verify_registration_response
-
     _check_person(caller)
     name = (name or "passkey").strip()[:MAX_NAME_CHARS] or "passkey"
     now = clock()
     async with db.transaction() as conn:
-        raw = challenges.client_challenge(credential, "webauthn.create")
-        row = await challenges.take(conn, caller, purpose="register", challenge=raw, now=now)
-        if row is None:
-            raise InvalidRequest("no open registration for this passkey (expired or used)",
-                                 code="passkey_invalid")
         try:
-            verified = verify_registration_response(
-                credential=credential, expected_challenge=from_b64url(row.challenge),
-                expected_rp_id=rp.id, expected_origin=rp.origin,
-                require_user_verification=True,
-                supported_pub_key_algs=list(ALGORITHMS))  # type: ignore[arg-type]
-        except Exception as exc:  # InvalidRegistrationResponse and parse errors alike
-            raise InvalidRequest(f"the passkey registration does not verify: {exc}"[:300],
-                                 code="passkey_invalid") from exc
-        credential_id = b64url(verified.credential_id)
-        if await find_any(conn, caller.tenant, credential_id) is not None:
-            raise InvalidRequest("this passkey is already registered", code="passkey_exists")
-        from webauthn.helpers import decode_credential_public_key
-
-        values = {
-            "id": str(uuid.uuid4()), "tenant": caller.tenant, "credential_id": credential_id,
-            "principal_id": caller.principal_id, "subject": caller.subject, "name": name,
-            "public_key": b64url(verified.credential_public_key),
-            "alg": int(decode_credential_public_key(verified.credential_public_key).alg),
-            "sign_count": verified.sign_count, "aaguid": str(verified.aaguid),
-            "fmt": str(getattr(verified.fmt, "value", verified.fmt)),
-            "attestation_object": b64url(verified.attestation_object),
-            "user_verified": verified.user_verified, "created_at": now}
-        await conn.execute(webauthn_credentials.insert().values(**values))
-        await append(conn, caller.tenant, [Event(
-            type="passkey.registered", actor=caller.actor(), principal=caller.subject,
-            payload={"credential_id": credential_id, "public_key": values["public_key"],
-                     "alg": values["alg"], "subject": caller.subject,
-                     "principal_id": caller.principal_id, "name": name,
-                     "aaguid": values["aaguid"], "fmt": values["fmt"],
-                     "attestation_object": values["attestation_object"],
-                     "sign_count": verified.sign_count, "rp_id": rp.id,
-                     "origin": rp.origin})], now=now)
-        stored = await find_any(conn, caller.tenant, credential_id)
+            stored = await _register(conn, caller, rp, credential, name, now)
+            error = None
+        except InvalidRequest as exc:
+            error = exc
+            await append(conn, caller.tenant, [Event(
+                type="passkey.registration_refused", actor=caller.actor(),
+                principal=caller.subject, payload={"code": exc.code})], now=now)
+    if error is not None:
+        raise error
     return credential_view(stored)
+
+
+async def _register(conn: AsyncConnection, caller: Caller, rp: RelyingParty, credential: Any,
+                    name: str, now: datetime) -> Any:
+    from webauthn import verify_registration_response
+    from webauthn.helpers import decode_credential_public_key
+
+    raw = challenges.client_challenge(credential, "webauthn.create")
+    row = await challenges.take(conn, caller, purpose="register", challenge=raw, now=now)
+    if row is None:
+        raise InvalidRequest("no open registration for this passkey (expired or used)",
+                             code="passkey_invalid")
+    try:
+        verified = verify_registration_response(
+            credential=credential, expected_challenge=from_b64url(row.challenge),
+            expected_rp_id=rp.id, expected_origin=rp.origin, require_user_verification=True,
+            supported_pub_key_algs=list(ALGORITHMS))  # type: ignore[arg-type]
+    except Exception as exc:  # InvalidRegistrationResponse and parse errors alike
+        raise InvalidRequest(f"the passkey registration does not verify: {exc}"[:300],
+                             code="passkey_invalid") from exc
+    credential_id = b64url(verified.credential_id)
+    if await find_any(conn, caller.tenant, credential_id) is not None:
+        raise InvalidRequest("this passkey is already registered", code="passkey_exists")
+    values = {
+        "id": str(uuid.uuid4()), "tenant": caller.tenant, "credential_id": credential_id,
+        "principal_id": caller.principal_id, "subject": caller.subject, "name": name,
+        "public_key": b64url(verified.credential_public_key),
+        "alg": int(decode_credential_public_key(verified.credential_public_key).alg),
+        "sign_count": verified.sign_count, "aaguid": str(verified.aaguid),
+        "fmt": str(getattr(verified.fmt, "value", verified.fmt)),
+        "attestation_object": b64url(verified.attestation_object),
+        "user_verified": verified.user_verified, "created_at": now}
+    await conn.execute(webauthn_credentials.insert().values(**values))
+    await append(conn, caller.tenant, [Event(
+        type="passkey.registered", actor=caller.actor(), principal=caller.subject,
+        payload={"credential_id": credential_id, "public_key": values["public_key"],
+                 "alg": values["alg"], "subject": caller.subject,
+                 "principal_id": caller.principal_id, "name": name,
+                 "aaguid": values["aaguid"], "fmt": values["fmt"],
+                 "attestation_object": values["attestation_object"],
+                 "sign_count": verified.sign_count, "rp_id": rp.id,
+                 "origin": rp.origin})], now=now)
+    return await find_any(conn, caller.tenant, credential_id)
 
 
 async def remove_credential(db: Database, clock: Clock, caller: Caller,

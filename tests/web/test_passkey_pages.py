@@ -115,6 +115,12 @@ async def test_registration_is_single_use_and_needs_user_verification(
     again = await client.post("/ui/passkeys", headers={"X-CSRF-Token": csrf},
                               json={"credential": credential})
     assert again.status_code == 422 and again.json()["code"] == "passkey_invalid"
+    auditor = await h.headers(tenant, "auditor")
+    events = await h.client.get("/v1/audit/export", headers=auditor, params={"format": "jsonl"})
+    types = [json.loads(line)["body"]["type"] for line in events.text.splitlines()
+             if '"kind":"event"' in line.replace(" ", "")]
+    assert types.count("passkey.registered") == 1
+    assert types.count("passkey.registration_refused") == 2
 
 
 async def test_a_signing_challenge_expires(h: Harness, tenant: str) -> None:
