@@ -28,6 +28,7 @@ from cosigner.http.metrics_port import serve_metrics
 from cosigner.http.proxies import TrustedProxies
 from cosigner.http.ratelimit import RateLimit
 from cosigner.http.routes import approvals as approvals_routes
+from cosigner.http.routes import approvers as approvers_routes
 from cosigner.http.routes import audit as audit_routes
 from cosigner.http.routes import decisions as decisions_routes
 from cosigner.http.routes import health as health_routes
@@ -131,6 +132,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(tools_routes.router)
     app.include_router(audit_routes.router)
     app.include_router(slack_routes.router)
+    app.include_router(approvers_routes.router)
     web.install(app)
     app.add_middleware(RequestTelemetry, access=settings.access_log)
     # Rate limits before routing: a refused request must cost far less than a decision.

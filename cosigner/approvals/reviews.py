@@ -23,6 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import rules as review_rules
+from cosigner.approvals import signatures as review_signatures
 from cosigner.approvals import standing as standing_rules
 from cosigner.approvals.requests import (
     SYSTEM_ACTOR,
@@ -75,8 +76,8 @@ async def _previous_approvers(conn: AsyncConnection, row: Any) -> frozenset[str]
 
 
 async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision: str,
-                 comment: str = "", standing: dict[str, Any] | None = None
-                 ) -> dict[str, Any]:
+                 comment: str = "", standing: dict[str, Any] | None = None,
+                 assertion: Any = None) -> dict[str, Any]:
     """Record ``caller``'s review of a request; the identity is the caller's credential.
 
     ``decision`` is ``approved`` or ``rejected``. One rejection rejects; when every group is
@@ -90,6 +91,13 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
     ``standing_not_allowed``, ``standing_needs_one_approver``, ``standing_masked_path``,
     ``standing_mismatch``) and logged before anything is recorded.
 
+    ``assertion``: the WebAuthn assertion (browser JSON) signing this review's statement
+    (:mod:`cosigner.approvals.signatures`). An approval counts for a group asking
+    ``signature: "webauthn"`` only with a valid one; without it, it counts only for the
+    groups that do not ask (``signature_required`` when there are none). A given assertion
+    is always checked (a signed rejection too), and recorded on the review, its event and
+    the permit's ``approvers`` entry.
+
     Returns the approval state (:func:`cosigner.approvals.views.view`).
 
     Raises:
@@ -97,7 +105,10 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
             ``comment_too_long``.
         NotFound: no such request in the caller's tenant.
         ReviewRefused: ``not_eligible``, ``self_approval``, ``previous_approver``,
-            ``duplicate_review``, ``role_already_met``.
+            ``duplicate_review``, ``role_already_met``, and the signed-review codes
+            (``signature_required``, ``signature_invalid``, ``signature_challenge_mismatch``,
+            ``signature_replayed``, ``signature_expired``, ``unknown_credential``,
+            ``credential_removed``).
         ApprovalStateError: ``approval_expired`` (at or after ``expires_at``),
             ``approval_not_pending`` (terminal).
     """
@@ -120,7 +131,7 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
                             payload={"code": "not_found", "decision": decision})]
         else:
             refusal, events = await _review_locked(deps, conn, caller, row, decision,
-                                                   comment, now, standing)
+                                                   comment, now, standing, assertion)
             fresh = await load(conn, caller.tenant, approval_id, lock=False)
             state = view(fresh, await reviews_of(conn, approval_id),
                          public_url=deps.settings.public_url, now=now,
@@ -140,7 +151,7 @@ def _refused(row: Any, who: dict[str, Any], decision: str,
 
 async def _review_locked(deps: AppContext, conn: AsyncConnection, caller: Caller, row: Any,
                          decision: str, comment: str, now: datetime,
-                         standing: dict[str, Any] | None
+                         standing: dict[str, Any] | None, assertion: Any = None
                          ) -> tuple[CosignerError | None, list[Event]]:
     """End a due stage first (expiry wins): a review arriving at or after a stage's end
     never counts for that stage. After an escalation it is judged against the new stage;
@@ -158,13 +169,13 @@ async def _review_locked(deps: AppContext, conn: AsyncConnection, caller: Caller
                 "the approval request has expired", code="approval_expired"))
             return error, ended + refused
     refusal, events = await _review_stage(deps, conn, caller, row, decision, comment, now,
-                                          standing)
+                                          standing, assertion)
     return refusal, ended + events
 
 
 async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller, row: Any,
                         decision: str, comment: str, now: datetime,
-                        standing: dict[str, Any] | None
+                        standing: dict[str, Any] | None, assertion: Any = None
                         ) -> tuple[CosignerError | None, list[Event]]:
     who = caller.actor()
     requirement = parse_requirement(row.requirement)
@@ -186,6 +197,15 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
         opened_by=str(row.opened_by.get("subject")),
         previous_approvers=await _previous_approvers(conn, row),
         reviewed=frozenset(r.subject for r in everyone))
+    # The signature first: a replayed or foreign assertion is named as such, whatever else
+    # the rules would say of the review.
+    try:
+        held, signature = await review_signatures.judge(
+            deps, conn, caller, row, requirement, held, decision=decision,
+            assertion=assertion, now=now)
+    except ReviewRefused as exc:
+        return _refused(row, who, decision, exc)
+    signed = {"signature": signature} if signature is not None else {}
     refusal = review_rules.refusal_code(ctx, subject=caller.subject, roles=held,
                                         decision=decision)
     if refusal is not None:
@@ -202,12 +222,13 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
         except InvalidRequest as exc:
             return _refused(row, who, decision, exc)
     if decision == "rejected":
-        await _insert_review(conn, row, caller, held, None, decision, comment, now)
+        await _insert_review(conn, row, caller, held, None, decision, comment, now,
+                             signature)
         await transition(conn, row, "rejected", now=now)
         await notify(conn, deps.settings, row, "approval.decided", now, status="rejected",
                       decided_by=[caller.subject])
         return None, [event("approval.reviewed", row, who, decision=decision, role=None,
-                             comment=comment),
+                             comment=comment, **signed),
                       event("approval.rejected", row, who)]
     approving = [(r.subject, frozenset(r.roles)) for r in existing if r.decision == "approved"]
     assignment = quorum.match([*approving, (caller.subject, held)], requirement.require)
@@ -215,14 +236,14 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
         return _refused(row, who, decision, ReviewRefused(
             "the groups you could count for are already met", code="role_already_met"))
     await _insert_review(conn, row, caller, held, assignment[caller.subject], decision,
-                         comment, now)
+                         comment, now, signature)
     for earlier in existing:  # a new approver may shift who counts for which group
         if earlier.decision == "approved" and earlier.role != assignment.get(earlier.subject):
             await conn.execute(reviews.update().where(reviews.c.id == earlier.id)
                                .values(role=assignment.get(earlier.subject)))
     events = [event("approval.reviewed", row, who, decision=decision,
                      role=assignment[caller.subject], comment=comment,
-                     progress=quorum.progress(requirement.require, assignment))]
+                     progress=quorum.progress(requirement.require, assignment), **signed)]
     if quorum.is_met(requirement.require, assignment):
         events += await _approve(deps, conn, row, assignment, now, who)
         if grant is not None:  # parse_grant: one person meets this stage, so it is met
@@ -241,18 +262,19 @@ _REFUSAL_TEXT = {
 
 async def _insert_review(conn: AsyncConnection, row: Any, caller: Caller, held: frozenset[str],
                          role: str | None, decision: str, comment: str,
-                         now: datetime) -> None:
+                         now: datetime, signature: dict[str, Any] | None = None) -> None:
     await conn.execute(reviews.insert().values(
         id=str(uuid.uuid4()), approval_id=row.id, tenant=row.tenant, run_id=row.run_id,
         subject=caller.subject, principal_id=caller.principal_id, roles=sorted(held),
-        role=role, stage=stage_of(row), decision=decision, comment=comment, created_at=now))
+        role=role, stage=stage_of(row), decision=decision, comment=comment, created_at=now,
+        signature=signature))
 
 
 async def _approve(deps: AppContext, conn: AsyncConnection, row: Any, assignment: dict[str, str],
                    now: datetime, who: dict[str, Any]) -> list[Event]:
     rows = await reviews_of(conn, row.id)
-    approvers = [{"id": r.subject, "role": assignment[r.subject], "at": aware(r.created_at)}
-                 for r in rows if r.subject in assignment]
+    approvers = [{"id": r.subject, "role": assignment[r.subject], "at": aware(r.created_at),
+                  **_signed_ref(r)} for r in rows if r.subject in assignment]
     remaining = int((aware(row.expires_at) - now).total_seconds())
     ttl = max(1, min(remaining, deps.settings.max_permit_ttl_s,
                      deps.keyring.max_token_lifetime_s))
@@ -269,6 +291,11 @@ async def _approve(deps: AppContext, conn: AsyncConnection, row: Any, assignment
                   decided_by=[a["id"] for a in approvers])
     return [event("approval.approved", row, who,
                    approvers=[{**a, "at": a["at"].isoformat()} for a in approvers]), minted]
+
+
+def _signed_ref(review_row: Any) -> dict[str, Any]:
+    ref = review_signatures.approver_signature(getattr(review_row, "signature", None))
+    return {"signature": ref} if ref is not None else {}
 
 
 # --- cancel and expiry --------------------------------------------------------------------

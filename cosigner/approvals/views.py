@@ -121,7 +121,9 @@ def view(row: Any, review_rows: list[Any], *, public_url: str, now: datetime,
             withdrawn := getattr(row, "withdrawn_at", None)) else None),
         "reviews": [{"subject": r.subject, "decision": r.decision, "role": r.role,
                      "stage": _stage(r), "comment": r.comment,
-                     "at": isoformat(_aware(r.created_at))}
+                     "at": isoformat(_aware(r.created_at)),
+                     # Signed with the reviewer's passkey (cosigner.approvals.signatures).
+                     "signed": getattr(r, "signature", None) is not None}
                     for r in review_rows],
         # Break-glass (cosigner.approvals.breakglass) and its after-the-fact review.
         "break_glass": getattr(row, "break_glass", None),

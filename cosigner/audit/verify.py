@@ -16,9 +16,18 @@ Fault kinds, reported with the first bad ``seq``:
 ``bad_checkpoint_signature``  a checkpoint whose signature, kid, alg or claims do not verify
 ``bad_anchor``    the anchor is neither the genesis nor a signed checkpoint
 ``malformed``     a line that is not a valid export record
+``bad_approver_signature``  a signed review whose statement or WebAuthn assertion does not
+                  verify against the key registered earlier in the log
+``unknown_credential``      a signed review by a credential not registered (to that person)
+                  earlier in the log, or removed before it
+``missing_approver_signature``  an approval counted for a group asking for a signature
+                  without one
 
-The file is read twice (checkpoints first, then the chain), one line at a time, so memory
-stays flat for any size of export.
+Signed reviews are checked by :mod:`cosigner.audit.approver_signatures`, after the chain: a
+rewritten review is caught there even when every chain hash was recomputed.
+
+The file is read three times (checkpoints, the chain, signed reviews), one line at a time,
+so memory stays flat for any size of export (but for the approver keys registered in it).
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from cosigner.audit.approver_signatures import check_signed_reviews
 from cosigner.audit.chain import GENESIS
 from cosigner.audit.checkpoints import CHECKPOINT_TYP
 from cosigner.audit.export import EXPORT_FORMAT
@@ -291,4 +301,8 @@ def verify_export(open_lines: Callable[[], Iterable[str]], jwks: dict[str, Any])
     except _Fault as fault:
         return Report(False, 0, len(signed), bad_seq=fault.seq, fault=fault.fault,
                       detail=fault.detail)
+    bad = check_signed_reviews(open_lines())
+    if bad is not None:
+        return Report(False, count, len(signed), first, last, bad_seq=bad.seq,
+                      fault=bad.fault, detail=bad.detail)
     return Report(True, count, len(signed), first, last)

@@ -90,6 +90,8 @@ reviews = Table(
     Column("decision", String(16), nullable=False),  # approved | rejected
     Column("comment", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # A signed review's statement and verified WebAuthn assertion (migration 0016_webauthn).
+    Column("signature", JSON, nullable=True),
     UniqueConstraint("approval_id", "subject", name="uq_reviews_approval_subject"),
     Index("ix_reviews_run", "tenant", "run_id", "decision"),
 )

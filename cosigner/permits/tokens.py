@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from cosigner.core.clock import numeric_date
 from cosigner.core.errors import PermitRefused
@@ -46,11 +46,20 @@ class PolicyRef(TypedDict):
 
 
 class ApproverRef(TypedDict):
-    """One accepted review: approver subject id, the role it counted for, and when (NumericDate)."""
+    """One accepted review: approver subject id, the role it counted for, and when (NumericDate);
+    ``signature`` for a signed review (:data:`SIGNATURE_MEMBERS`, base64url strings but
+    ``time``, RFC 3339)."""
 
     id: str
     role: str
     at: int
+    signature: NotRequired[dict[str, str]]
+
+
+#: Members of an approver's ``signature``: the credential, the statement digest (the
+#: WebAuthn challenge), the statement's time and the assertion (cosigner.approvals.signatures).
+SIGNATURE_MEMBERS = ("credential_id", "statement_digest", "time", "authenticator_data",
+                     "client_data_json", "signature")
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +250,14 @@ def _approver_ref(
         at = numeric_date(at)
     if type(at) is not int:
         raise error("approver 'at' missing or not an integer")
-    return ApproverRef(id=approver_id, role=role, at=at)
+    ref = ApproverRef(id=approver_id, role=role, at=at)
+    signature = raw.get("signature")
+    if signature is not None:
+        if not isinstance(signature, Mapping) or set(signature) != set(SIGNATURE_MEMBERS) or \
+                not all(isinstance(v, str) and v for v in signature.values()):
+            raise error("approver 'signature' is not a signed-review reference")
+        ref["signature"] = {k: signature[k] for k in SIGNATURE_MEMBERS}
+    return ref
 
 
 def _parse_claims(raw: Mapping[str, Any]) -> PermitClaims:

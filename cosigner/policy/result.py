@@ -6,9 +6,12 @@ DESIGN invariant 1 and case K04/K05)::
 
     {"effect": "allow" | "deny" | "require_approval",
      "reasons": [{"code": str, "message": str} | str, ...],          # optional
-     "approval": {"require": [{"role": str, "count": int >= 1}, ...], # require_approval only
+     "approval": {"require": [{"role": str, "count": int >= 1,       # require_approval only
+                               "signature": "webauthn"}, ...],         # signature optional
                   "timeout_ms": 1..2_592_000_000,
                   "distinct_from": "initiator" | "previous" | "initiator_and_previous",
+                  "signature": "webauthn",                                # optional: every
+                                                                          # group signed
                   "on_expired": {"require": [...], "timeout_ms": ...,     # optional: the
                                  "distinct_from": ..., "on_expired": ...}, # next stage
                   "break_glass": bool,                                      # optional, true
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cosigner.core.errors import PolicyError
+from cosigner.core.review_statements import SIGNATURE_KINDS
 from cosigner.core.roles import is_approver_role
 
 Effect = Literal["allow", "deny", "require_approval"]
@@ -34,7 +38,7 @@ MAX_TIMEOUT_MS = 2_592_000_000  # 30 days
 #: An escalation chain has at most this many stages (the first one included).
 MAX_STAGES = 3
 _RESULT_KEYS = frozenset({"effect", "reasons", "approval", "mask", "permit_ttl_s"})
-_STAGE_KEYS = frozenset({"require", "timeout_ms", "distinct_from", "on_expired"})
+_STAGE_KEYS = frozenset({"require", "timeout_ms", "distinct_from", "on_expired", "signature"})
 _APPROVAL_KEYS = _STAGE_KEYS | {"break_glass", "standing"}
 MAX_STANDING_TTL_S = 30 * 86_400
 MAX_STANDING_USES = 10_000
@@ -62,8 +66,18 @@ class Reason:
 
 @dataclass(frozen=True, slots=True)
 class RoleGroup:
+    """``count`` distinct people holding ``role``; ``signature`` ``"webauthn"``: each of
+    their approvals must be signed by the approver's own passkey."""
+
     role: str
     count: int
+    signature: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "count": self.count}
+        if self.signature is not None:
+            out["signature"] = self.signature
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +98,7 @@ class ApprovalRequirement:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "require": [{"role": g.role, "count": g.count} for g in self.require],
+            "require": [g.as_dict() for g in self.require],
             "timeout_ms": self.timeout_ms,
             "distinct_from": self.distinct_from,
         }
@@ -99,6 +113,11 @@ class ApprovalRequirement:
             out["standing"] = {"max_ttl_s": self.standing.max_ttl_s,
                                "max_uses": self.standing.max_uses}
         return out
+
+    def signed_roles(self) -> frozenset[str]:
+        """Roles whose approvals must carry a WebAuthn signature (per group; a
+        requirement-wide ``signature`` was spread to every group when parsed)."""
+        return frozenset(g.role for g in self.require if g.signature is not None)
 
     def stages(self) -> list[ApprovalRequirement]:
         """This stage and every stage it may escalate to, in order."""
@@ -147,8 +166,8 @@ def parse_requirement(raw: Any, *, _stage: int = 1,
         raise PolicyError("approval.require must be a non-empty list of {role, count}")
     parsed: list[RoleGroup] = []
     for group in groups:
-        if not isinstance(group, dict) or not set(group) <= {"role", "count"}:
-            raise PolicyError("approval.require entries must be {role, count}")
+        if not isinstance(group, dict) or not set(group) <= {"role", "count", "signature"}:
+            raise PolicyError("approval.require entries must be {role, count, signature?}")
         role, count = group.get("role"), group.get("count", 1)
         if not isinstance(role, str) or not role.strip() or not _is_int(count) or count < 1:
             raise PolicyError("approval.require entries need a role name and count >= 1")
@@ -156,7 +175,8 @@ def parse_requirement(raw: Any, *, _stage: int = 1,
             raise PolicyError(f"approval.require names {role[:64]!r}, which is not an "
                               "approver role (built-in roles runtime, auditor and admin "
                               "never approve)")
-        parsed.append(RoleGroup(role=role, count=count))
+        parsed.append(RoleGroup(role=role, count=count,
+                                signature=_parse_signature(group.get("signature"), "group")))
     if len({g.role for g in parsed}) != len(parsed):
         raise PolicyError("approval.require names a role twice")
     timeout_ms = raw.get("timeout_ms", 1_800_000)
@@ -170,6 +190,9 @@ def parse_requirement(raw: Any, *, _stage: int = 1,
     if not isinstance(break_glass, bool):
         raise PolicyError("approval.break_glass must be true or false")
     standing = _parse_standing(raw.get("standing"))
+    whole = _parse_signature(raw.get("signature"), "approval")
+    if whole is not None:  # the whole requirement: every group signed
+        parsed = [RoleGroup(g.role, g.count, whole) for g in parsed]
     nxt = raw.get("on_expired")
     on_expired = None
     if nxt is not None:
@@ -178,6 +201,14 @@ def parse_requirement(raw: Any, *, _stage: int = 1,
         on_expired = parse_requirement(nxt, _stage=_stage + 1, _break_glass=break_glass)
     return ApprovalRequirement(tuple(parsed), timeout_ms, distinct_from, on_expired,
                                break_glass, standing)
+
+
+def _parse_signature(raw: Any, where: str) -> str | None:
+    if raw is None:
+        return None
+    if raw not in SIGNATURE_KINDS:
+        raise PolicyError(f"{where}.signature must be \"webauthn\"")
+    return str(raw)
 
 
 def _parse_standing(raw: Any) -> StandingRule | None:
@@ -200,14 +231,18 @@ _DISTINCT_PARTS: dict[str, frozenset[str]] = {
 
 def stricter(base: ApprovalRequirement, other: ApprovalRequirement) -> ApprovalRequirement:
     """The requirement meeting both: every group of either (the larger count for a role
-    named by both), the shorter timeout, and both ``distinct_from`` rules (program
+    named by both, signed when either asks), the shorter timeout, and both
+    ``distinct_from`` rules (program
     barriers: a policy may only raise the program's requirement, never lower it)."""
     counts: dict[str, int] = {}
+    signed: dict[str, str] = {}
     for group in base.require + other.require:
         counts[group.role] = max(counts.get(group.role, 0), group.count)
+        if group.signature is not None:  # a signature asked by either side stays
+            signed[group.role] = group.signature
     parts = _DISTINCT_PARTS[base.distinct_from] | _DISTINCT_PARTS[other.distinct_from]
     distinct: Any = "initiator_and_previous" if len(parts) == 2 else next(iter(parts))
-    return ApprovalRequirement(tuple(RoleGroup(r, c) for r, c in counts.items()),
+    return ApprovalRequirement(tuple(RoleGroup(r, c, signed.get(r)) for r, c in counts.items()),
                                min(base.timeout_ms, other.timeout_ms), distinct)
 
 

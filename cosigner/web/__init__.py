@@ -1,4 +1,5 @@
-"""The approver web form: server-rendered pages under ``/ui`` (no JavaScript needed)."""
+"""The approver web form: server-rendered pages under ``/ui`` (no JavaScript needed, but
+for passkeys: registering one and signing a review use ``static/passkeys.js``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ STATIC = Path(__file__).parent / "static"
 
 def install(app: FastAPI) -> None:
     """Add the ``/ui`` routes, static files and security headers to ``app``."""
-    from cosigner.web import routes, routes_auth, routes_slack
+    from cosigner.web import routes, routes_auth, routes_passkeys, routes_slack
     from cosigner.web.auth import SignInRequired
     from cosigner.web.headers import SecurityHeaders
     from cosigner.web.origin import SameOrigin
@@ -22,6 +23,7 @@ def install(app: FastAPI) -> None:
     app.include_router(routes_auth.router)
     app.include_router(routes.router)
     app.include_router(routes_slack.router)
+    app.include_router(routes_passkeys.router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
     app.add_middleware(SameOrigin)  # inside SecurityHeaders: its 403 gets the headers too
     app.add_middleware(SecurityHeaders)

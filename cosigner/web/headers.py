@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-CSP = ("default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'; "
-       "object-src 'none'")
+#: ``script-src 'self'``: only same-origin script files (the passkey script), never inline.
+CSP = ("default-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'; "
+       "base-uri 'none'; object-src 'none'")
 HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),

@@ -13,6 +13,7 @@ from typing import Any
 
 from cosigner.approvals import queries as approval_queries
 from cosigner.approvals import reviews as approvals
+from cosigner.approvals.signatures import REFUSALS as signature_refusals
 from cosigner.context import AppContext
 from cosigner.core.errors import CosignerError, Forbidden, InvalidRequest, NotFound, ReviewRefused
 from cosigner.identity.principals import Caller
@@ -35,7 +36,7 @@ REFUSALS: dict[str, str] = {
 
 def refusal_text(exc: CosignerError) -> str:
     """A clear sentence for a refused review."""
-    return REFUSALS.get(exc.code, exc.detail)
+    return REFUSALS.get(exc.code) or signature_refusals.get(exc.code) or exc.detail
 
 
 def status_for(exc: CosignerError) -> int:
@@ -113,6 +114,9 @@ async def detail(deps: AppContext, caller: Caller, approval_id: str) -> dict[str
                       "by": by_role.get(g["role"], [])} for g in state["progress"]],
         "expires_at": views.utc_text(_parse(state["expires_at"])),
         "permit_jti": _permit_jti(state),
+        # The caller's approval must be signed with their passkey (passkeys.js asks for it).
+        "signature": bool(caller.roles & {g["role"] for g in state["require"]
+                                          if g.get("signature")}),
         "reviews": [{**r, "at": views.utc_text(_parse(r["at"]))} for r in state["reviews"]],
     }
 
@@ -123,7 +127,7 @@ def _permit_jti(state: dict[str, Any]) -> str | None:
 
 
 async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision: str, comment: str,
-                 shown_args_hash: str) -> None:
+                 shown_args_hash: str, assertion: str | None = None) -> None:
     """Submit the form through :func:`cosigner.approvals.reviews.review` (every rule lives there).
 
     ``shown_args_hash`` is the hash printed on the page the approver submitted; it must be
@@ -135,4 +139,5 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
     state = await approval_queries.get_state(deps, caller, approval_id)
     if not hmac.compare_digest(shown_args_hash.encode(), str(state["args_hash"]).encode()):
         raise ReviewRefused("the page showed other arguments", code="args_changed")
-    await approvals.review(deps, caller, approval_id, decision=decision, comment=comment)
+    await approvals.review(deps, caller, approval_id, decision=decision, comment=comment,
+                           assertion=assertion)

@@ -59,15 +59,19 @@ async def review(request: Request, approval_id: str, user: UserDep,
                  decision: Annotated[str, Form(max_length=16)] = "",
                  comment: Annotated[str, Form(max_length=2000)] = "",
                  args_hash: Annotated[str, Form(max_length=80)] = "",
-                 csrf_token: Annotated[str, Form(max_length=128)] = "") -> Response:
-    """Approve or reject (a rejection needs a comment); refusals are shown on the page."""
+                 csrf_token: Annotated[str, Form(max_length=128)] = "",
+                 assertion: Annotated[str, Form(max_length=16384)] = "") -> Response:
+    """Approve or reject (a rejection needs a comment); refusals are shown on the page.
+
+    ``assertion``: the passkey's signature of the review statement (JSON, filled in by
+    ``passkeys.js`` when the request asks for a signature)."""
     if not check_csrf(request, csrf_token):
         return page(request, "error.html", status=403,
                     message="This form is not valid for your session. Nothing was changed.")
     deps = context(request)
     try:
         await pages.review(deps, user, approval_id, decision=decision, comment=comment,
-                           shown_args_hash=args_hash)
+                           shown_args_hash=args_hash, assertion=assertion or None)
     except NotFound:
         return page(request, "error.html", status=404, message="No such approval request.")
     except CosignerError as exc:

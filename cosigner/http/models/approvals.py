@@ -119,6 +119,10 @@ class AfterReviewedV1(BaseModel):
 class RoleGroupV1(BaseModel):
     role: str
     count: int
+    signature: Literal["webauthn"] | None = Field(
+        default=None, exclude_if=lambda v: v is None,  # pydantic >= 2.12
+        description="Each approval counted here is signed by the approver's own passkey "
+                    "(README § Signed approvals); absent when not asked.")
 
 
 class StageV1(BaseModel):
@@ -140,6 +144,7 @@ class ReviewV1(BaseModel):
     stage: int | None = Field(default=None, description="Escalation stage it was given in.")
     comment: str
     at: str
+    signed: bool = Field(default=False, description="Signed with the reviewer's passkey.")
 
 
 class ApprovalV1(BaseModel):

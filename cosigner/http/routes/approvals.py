@@ -109,7 +109,9 @@ async def post_review(request: Request, caller: CallerDep,
     ``role_already_met``, ``approval_expired`` (at or after ``expires_at``),
     ``approval_not_pending``; 422 ``comment_required``, unknown fields, and for a
     ``standing`` grant ``standing_not_allowed``, ``standing_needs_one_approver``,
-    ``standing_masked_path``, ``standing_mismatch``, ``invalid_standing``.
+    ``standing_masked_path``, ``standing_mismatch``, ``invalid_standing``; 409
+    ``signature_required`` when the request asks for approvals signed with the approver's
+    own passkey (README § Signed approvals): an API key never satisfies that.
     """
     ctx = context(request)
     body, data = await strict_body(request, ReviewRequestV1, ctx.settings.max_body_bytes)

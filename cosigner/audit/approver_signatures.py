@@ -1,0 +1,153 @@
+"""Offline check of signed reviews in an export (part of ``cosigner audit verify``).
+
+Trusts nothing but the log itself: the public keys are those of ``passkey.registered``
+events *earlier in the same log* (a ``passkey.removed`` event ends a key's use), so an
+insider who rewrites a signed review, or removes the registration it relies on, is caught
+even after recomputing every chain hash. For each ``approval.reviewed`` event:
+
+* with a ``signature``: the credential must have been registered earlier to the same
+  subject as the event's actor and not removed since (else ``unknown_credential``); the
+  statement must name this event's tenant, approval, tool, args hash, policy, decision and
+  reviewer; its digest must be the recorded one; and the WebAuthn assertion must verify
+  over it with that key, the registration's RP id and origin, user verification set
+  (:func:`cosigner.core.review_statements.check_assertion`), else
+  ``bad_approver_signature``;
+* without one, an approval counted for a group whose requirement (from the request's
+  ``approval.requested`` event, followed through ``approval.escalated``) asks
+  ``signature: "webauthn"`` is ``missing_approver_signature``.
+
+Needs the registrations in the export: verify an export that starts at the genesis (or
+at a checkpoint before the first registration) to check signed reviews.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from cosigner.core.review_statements import (
+    Assertion,
+    SignatureCheckError,
+    b64url,
+    check_assertion,
+    from_b64url,
+    review_statement,
+    statement_digest,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureFault:
+    seq: int
+    fault: str  # bad_approver_signature | unknown_credential | missing_approver_signature
+    detail: str
+
+
+@dataclass
+class _Key:
+    public_key: str
+    subject: str
+    rp_id: str
+    origin: str
+    removed_seq: int | None = None
+
+
+def _bodies(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
+    for line in lines:
+        if '"event"' not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or record.get("kind") != "event":
+            continue
+        body = record.get("body")
+        if isinstance(body, dict) and isinstance(body.get("seq"), int):
+            yield body
+
+
+def _signed_roles_by_stage(requirement: Any) -> list[frozenset[str]]:
+    stages: list[frozenset[str]] = []
+    while isinstance(requirement, dict):
+        stages.append(frozenset(str(g.get("role")) for g in requirement.get("require") or []
+                                if isinstance(g, dict) and g.get("signature")))
+        requirement = requirement.get("on_expired")
+    return stages
+
+
+def check_signed_reviews(lines: Iterable[str]) -> SignatureFault | None:
+    """The first signed-review fault of an export's events (in ``seq`` order), or ``None``."""
+    keys: dict[str, _Key] = {}
+    stages: dict[str, list[frozenset[str]]] = {}
+    at_stage: dict[str, int] = {}
+    for body in _bodies(lines):
+        kind, seq = body.get("type"), body["seq"]
+        raw_payload = body.get("payload")
+        payload: dict[str, Any] = raw_payload if isinstance(raw_payload, dict) else {}
+        subject = body.get("subject")
+        approval_id = subject.get("approval_id") if isinstance(subject, dict) else None
+        if kind == "passkey.registered":
+            keys[str(payload.get("credential_id"))] = _Key(
+                str(payload.get("public_key")), str(payload.get("subject")),
+                str(payload.get("rp_id")), str(payload.get("origin")))
+        elif kind == "passkey.removed":
+            known = keys.get(str(payload.get("credential_id")))
+            if known is not None and known.removed_seq is None:
+                known.removed_seq = seq
+        elif kind == "approval.requested" and approval_id:
+            stages[approval_id] = _signed_roles_by_stage(payload.get("requirement"))
+            at_stage[approval_id] = 0
+        elif kind == "approval.escalated" and approval_id:
+            at_stage[approval_id] = at_stage.get(approval_id, 0) + 1
+        elif kind == "approval.reviewed":
+            signature = payload.get("signature")
+            if signature is not None:
+                fault = _check(body, payload, signature, keys)
+                if fault is not None:
+                    return SignatureFault(seq, *fault)
+            elif payload.get("decision") == "approved" and approval_id:
+                chain = stages.get(approval_id) or []
+                index = at_stage.get(approval_id, 0)
+                if index < len(chain) and str(payload.get("role")) in chain[index]:
+                    return SignatureFault(seq, "missing_approver_signature",
+                                          f"event {seq}: an approval counted for "
+                                          f"{payload.get('role')!r}, which asks for a "
+                                          "signature, carries none")
+    return None
+
+
+def _check(body: dict[str, Any], payload: dict[str, Any], signature: Any,
+           keys: dict[str, _Key]) -> tuple[str, str] | None:
+    seq = body["seq"]
+    if not isinstance(signature, dict) or not isinstance(signature.get("statement"), dict):
+        return "bad_approver_signature", f"event {seq}: malformed signature"
+    key = keys.get(str(signature.get("credential_id")))
+    reviewer = (body.get("actor") or {}).get("subject")
+    if key is None or key.removed_seq is not None:
+        why = "never registered earlier in this log" if key is None else \
+            f"removed at seq {key.removed_seq}"
+        return "unknown_credential", f"event {seq}: credential {why}"
+    if key.subject != reviewer:
+        return "unknown_credential", f"event {seq}: the credential is another person's"
+    statement = signature["statement"]
+    subject = body.get("subject") or {}
+    expected = review_statement(
+        tenant=str(body.get("tenant")), approval_id=str(subject.get("approval_id")),
+        tool=str(body.get("tool")), args_hash=str(body.get("args_hash")),
+        decision=str(payload.get("decision")), policy=body.get("policy"),
+        reviewer=str(reviewer), time=str(statement.get("time")))
+    if statement != expected:
+        return ("bad_approver_signature", f"event {seq}: the signed statement does not "
+                "describe this review")
+    digest = statement_digest(statement)
+    if signature.get("statement_digest") != b64url(digest):
+        return "bad_approver_signature", f"event {seq}: statement digest does not match"
+    try:
+        check_assertion(Assertion.parse(signature), public_key=from_b64url(key.public_key),
+                        digest=digest, rp_id=key.rp_id, origin=key.origin)
+    except (SignatureCheckError, ValueError) as exc:
+        return "bad_approver_signature", f"event {seq}: the assertion does not verify ({exc})"
+    return None
