@@ -71,7 +71,7 @@ async def detail(request: Request, approval_id: str, user: UserDep,
         return page(request, "error.html", status=403,
                     message="You hold none of the roles this request needs.")
     message = _DONE.get(done or "")
-    return page(request, "detail.html", a=view, message=message,
+    return page(request, "detail.html", medium=True, a=view, message=message,
                 message_kind="ok" if message else "error")
 
 
@@ -97,6 +97,6 @@ async def review(request: Request, approval_id: str, user: UserDep,
         except (NotFound, Forbidden):
             return page(request, "error.html", status=pages.status_for(exc),
                         message=pages.refusal_text(exc))
-        return page(request, "detail.html", status=pages.status_for(exc), a=view,
+        return page(request, "detail.html", medium=True, status=pages.status_for(exc), a=view,
                     message=pages.refusal_text(exc))
     return RedirectResponse(f"/ui/approvals/{approval_id}?done={decision}", status_code=303)
