@@ -172,16 +172,6 @@ class Settings(BaseSettings):
                              "flood on one name never locks its address")
         return value
 
-    @field_validator("ui_locale")
-    @classmethod
-    def _known_locale(cls, value: str) -> str:
-        from babel import Locale, UnknownLocaleError
-
-        try:
-            return str(Locale.parse(value.replace("-", "_")))
-        except (UnknownLocaleError, ValueError) as exc:
-            raise ValueError(f"unknown locale {value!r} (a CLDR id such as en_US)") from exc
-
     @field_validator("key_encryption_key")
     @classmethod
     def _kek_is_32_bytes(cls, value: SecretStr | None) -> SecretStr | None:
@@ -195,6 +185,16 @@ class Settings(BaseSettings):
             raise ValueError("key_activation_delay_s must exceed replica_poll_s (or be 0 "
                              "for a single process)")
         return self
+
+    @field_validator("ui_locale")
+    @classmethod
+    def _known_locale(cls, value: str) -> str:
+        from babel import Locale, UnknownLocaleError
+
+        try:
+            return str(Locale.parse(value.replace("-", "_")))
+        except (UnknownLocaleError, ValueError) as exc:
+            raise ValueError(f"unknown locale {value!r} (a CLDR id such as en_US)") from exc
 
     @field_validator("database_url")
     @classmethod
