@@ -1,8 +1,8 @@
 """The approver's lists: the inbox (pending, sortable, paged) and the history (filtered, paged).
 
 Query parameters are read leniently: an unknown sort or status, a bad date or a page size
-out of bounds falls back to the default or the bound (a list page never fails on its
-query string). The rows come from :func:`cosigner.approvals.listing.list_page`, which keeps
+out of bounds falls back to the default or the bound; only a parameter over its length
+limit (routes: 64 characters, 256 for ``tool``, 2048 for ``cursor``) is refused (422). The rows come from :func:`cosigner.approvals.listing.list_page`, which keeps
 them in the caller's tenant and applies the review rules.
 """
 
