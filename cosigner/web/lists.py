@@ -2,8 +2,9 @@
 
 Query parameters are read leniently: an unknown sort or status, a bad date or a page size
 out of bounds falls back to the default or the bound; only a parameter over its length
-limit (routes: 64 characters, 256 for ``tool``, 2048 for ``cursor``) is refused (422). The rows come from :func:`cosigner.approvals.listing.list_page`, which keeps
-them in the caller's tenant and applies the review rules.
+limit (routes: 64 characters, 256 for ``tool``, 2048 for ``cursor``) is refused (422).
+The rows come from :func:`cosigner.approvals.listing.list_page`, which keeps them in the
+caller's tenant and applies the review rules.
 """
 
 from __future__ import annotations
