@@ -313,3 +313,26 @@ async def test_lists_are_tenant_scoped_for_readers_too(harness: Any, tenant: str
     assert _rows(history) == [] and "(0)" in history
     assert not any(i in inbox + history for i in theirs)
 
+
+
+async def test_a_page_reads_a_bounded_number_of_rows_and_goes_on_from_there(
+        harness: Any, tenant: str, monkeypatch: Any) -> None:
+    """Requests the approver may not review (here: her own) are skipped; past MAX_SCAN
+    rows read, the page ends short with a Next link that resumes after them."""
+    from cosigner.approvals import listing
+
+    monkeypatch.setattr(listing, "MAX_SCAN", 50)
+    runtime = await harness.headers(tenant, "runtime", subject="agent-runtime")
+    own = {"initiator": {"id": "fiona", "type": "user"}}
+    for start in range(0, 55, 11):
+        await asyncio.gather(*(_decide(harness, runtime, refund_request(150_000 + i) | own
+                                       | {"run": {"id": f"own-{i}"}})
+                               for i in range(start, start + 11)))
+    reviewable = await _open_many(harness, tenant, 5)  # these expire last
+    async with _signed_in(harness, tenant) as client:
+        first = (await client.get("/ui?size=10")).text
+        assert _rows(first) == [] and "(5)" in first and "go on with the next page" in first
+        nxt = _link(_NEXT, first)
+        assert nxt is not None
+        second = (await client.get(nxt)).text
+    assert sorted(_rows(second)) == sorted(reviewable)
