@@ -31,3 +31,8 @@ fi
 if [ ! -d "$(dirname "$0")/../tests/permits/jose/node_modules/jose" ]; then
   (cd "$(dirname "$0")/../tests/permits/jose" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# axe-core, injected into the approver pages by tests/web/test_browser_pages.py (pinned by
+# tests/web/axe/package-lock.json; the test runs the same `npm ci` when this was skipped).
+if [ ! -f "$(dirname "$0")/../tests/web/axe/node_modules/axe-core/axe.min.js" ]; then
+  (cd "$(dirname "$0")/../tests/web/axe" && npm ci --no-audit --no-fund --loglevel=error)
+fi

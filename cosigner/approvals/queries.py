@@ -13,26 +13,23 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
-from cosigner.approvals import rules as review_rules
+from cosigner.approvals import eligibility
 from cosigner.approvals.requests import expire_due, expire_if_due, permit_of, reviews_of
 from cosigner.approvals.views import effective_status, view
 from cosigner.core.errors import Forbidden, NotFound
 from cosigner.db.database import Database
-from cosigner.db.tables_approvals import approvals, reviews
+from cosigner.db.tables_approvals import approvals
 from cosigner.identity.principals import Caller
-from cosigner.policy.result import parse_requirement
 
 if TYPE_CHECKING:
     from cosigner.context import AppContext
 
 MAX_WAIT_S = 60.0
 POLL_INTERVAL_S = 0.2
-_READERS = ("runtime", "admin", "auditor", "breakglass")
+_READERS = eligibility.READERS
 
 
-def _may_read(caller: Caller, row: Any) -> bool:
-    needed = {g["role"] for g in row.requirement["require"]}
-    return caller.has_any(*_READERS) or bool(caller.roles & needed)
+_may_read = eligibility.may_read
 
 
 async def _read(deps: AppContext, caller: Caller, approval_id: str
@@ -112,36 +109,15 @@ async def list_requests(deps: AppContext, caller: Caller, *, status: str = "pend
         rows = (await conn.execute(
             select(approvals).where(approvals.c.tenant == caller.tenant, which)
             .order_by(approvals.c.created_at.desc()).limit(500))).all()
-        approved_runs: dict[str, set[str]] = {}
+        marks = eligibility.Marks()
         if status == "pending" and not caller.has_any(*_READERS):
-            mine = (await conn.execute(select(reviews.c.approval_id, reviews.c.run_id,
-                                              reviews.c.decision, reviews.c.role).where(
-                reviews.c.tenant == caller.tenant,
-                reviews.c.subject == caller.subject))).all()
-            for item in mine:
-                key = "approved" if item.decision == "approved" and item.role else "any"
-                approved_runs.setdefault(item.run_id, set()).add(item.approval_id + ":" + key)
+            marks = await eligibility.load_marks(conn, caller)
         out: list[dict[str, Any]] = []
         for row in rows:
             if not _may_read(caller, row):
                 continue
-            if status == "pending" and not caller.has_any(*_READERS):
-                if effective_status(row, now) != "pending":
-                    continue
-                marks = approved_runs.get(row.run_id, set())
-                ctx = review_rules.ReviewContext(
-                    requirement=parse_requirement(row.requirement),
-                    initiator_id=str(row.initiator.get("id")),
-                    principal_id=str(row.principal.get("id")),
-                    opened_by=str(row.opened_by.get("subject")),
-                    previous_approvers=frozenset(
-                        caller.subject for m in marks
-                        if m.endswith(":approved") and not m.startswith(row.id + ":")),
-                    reviewed=frozenset(caller.subject for m in marks
-                                       if m.startswith(row.id + ":")))
-                if review_rules.refusal_code(ctx, subject=caller.subject, roles=caller.roles,
-                                             decision="approved") is not None:
-                    continue
+            if status == "pending" and not eligibility.in_queue(caller, row, marks, now):
+                continue
             out.append(view(row, await reviews_of(conn, row.id),
                             public_url=deps.settings.public_url, now=now,
                             include_permit=caller.has_any("runtime"),

@@ -125,6 +125,11 @@ class Settings(BaseSettings):
     #: activation on one replica decides on the others within about this long.
     policy_poll_interval_ms: int = Field(default=1000, ge=50, le=60_000)
     session_idle_timeout_s: int = Field(default=1800, ge=60)
+    #: Locale of the approver pages' amounts and numbers (a CLDR identifier: ``en_US``,
+    #: ``de_DE``, ``en-GB``); with ``ui_locale_from_browser`` the browser's
+    #: ``Accept-Language`` wins when CLDR knows the locale it names.
+    ui_locale: str = "en_US"
+    ui_locale_from_browser: bool = True
     #: Peers whose ``X-Forwarded-For/-Proto/-Host`` count (IP addresses or CIDR networks,
     #: comma-separated in the environment). Default: none, not even loopback; then the
     #: client address is the TCP peer. ``cosigner serve --forwarded-allow-ips`` overrides it.
@@ -217,6 +222,16 @@ class Settings(BaseSettings):
             raise ValueError("key_activation_delay_s must exceed replica_poll_s (or be 0 "
                              "for a single process)")
         return self
+
+    @field_validator("ui_locale")
+    @classmethod
+    def _known_locale(cls, value: str) -> str:
+        from babel import Locale, UnknownLocaleError
+
+        try:
+            return str(Locale.parse(value.replace("-", "_")))
+        except (UnknownLocaleError, ValueError) as exc:
+            raise ValueError(f"unknown locale {value!r} (a CLDR id such as en_US)") from exc
 
     @field_validator("database_url")
     @classmethod

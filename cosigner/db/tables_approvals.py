@@ -71,6 +71,9 @@ approvals = Table(
           sqlite_where=text("status = 'rejected' AND withdrawn_at IS NULL"),
           postgresql_where=text("status = 'rejected' AND withdrawn_at IS NULL")),
     Index("ix_approvals_tenant_status", "tenant", "status", "expires_at"),
+    # The approver pages' lists (cosigner.approvals.listing): inbox by creation, history.
+    Index("ix_approvals_tenant_created", "tenant", "status", "created_at"),
+    Index("ix_approvals_tenant_decided", "tenant", "decided_at"),
     Index("ix_approvals_decision", "tenant", "decision_id"),
     Index("ix_approvals_after_review", "tenant", "after_review"),
 )

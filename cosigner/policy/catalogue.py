@@ -10,6 +10,14 @@
           type: object
           ...
 
+A property may carry display hints for the approver pages (``x-cosigner-display``, e.g. an
+amount in minor units with the pointer of its currency field); they change nothing about
+validation and are checked at load (:mod:`cosigner.policy.display`)::
+
+        amount_minor:
+          type: integer
+          x-cosigner-display: {format: money, currency_field: /currency}
+
 Arguments are validated before any policy runs (DESIGN § Policies): a violation is
 :class:`InvalidArgs` (422 ``invalid_args``) listing every error; a tool the catalogue does
 not name is denied ``unknown_tool`` by the caller (:meth:`ToolCatalogue.lookup` → ``None``).
@@ -33,6 +41,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from cosigner.core.errors import InvalidArgs, PolicyError
+from cosigner.policy.display import DisplayHint, HintError, hints_of
 
 SIDE_EFFECTS = frozenset({"none", "read", "write", "financial", "destructive"})
 _TOOL_KEYS = frozenset({"schema", "side_effect", "mask", "description"})
@@ -93,6 +102,8 @@ class ToolSpec:
     mask: tuple[str, ...]
     schema: Mapping[str, Any]
     _validator: Any = field(repr=False, compare=False)
+    #: Display hints of the approver pages: argument pointer → hint (may be empty).
+    display: Mapping[str, DisplayHint] = field(default_factory=dict, compare=False)
 
     def validate(self, args: Any) -> None:
         """Check ``args`` against the tool's schema.
@@ -165,12 +176,17 @@ def _parse_tool(name: str, raw: Any, where: str) -> ToolSpec:
             f"tool {name!r}: invalid JSON Schema at "
             f"{_pointer(exc.absolute_path) or '/'}: {exc.message}",
         ) from exc
+    try:
+        display = hints_of(schema)
+    except HintError as exc:
+        raise _fail(where, f"tool {name!r}: {exc}") from exc
     return ToolSpec(
         name=name,
         side_effect=side_effect,
         mask=tuple(mask),
         schema=schema,
         _validator=StrictValidator(schema),
+        display=display,
     )
 
 

@@ -8,10 +8,15 @@ byte what was hashed (case K07), apart from masked values shown as ``•••``
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from cosigner.audit.masking import MASK
+from cosigner.core import pointer as json_pointer
 from cosigner.core.canonical import canonicalize
+from cosigner.policy.display import DisplayHint
+from cosigner.web.amounts import money_text
 
 _AMOUNT_RE = re.compile(r"amount|total|price|cost|fee|sum|value|currency|quantity|qty",
                         re.IGNORECASE)
@@ -64,6 +69,52 @@ def highlights(args: dict[str, Any], limit: int = HIGHLIGHTS) -> list[tuple[str,
     """Up to ``limit`` ``(name, value)`` pairs, amount-like names first."""
     keys = sorted(args, key=lambda k: (not _AMOUNT_RE.search(k), k))
     return [(k, scalar_text(args[k])[:120]) for k in keys[:limit]]
+
+
+def money_field(args: Any, hint: DisplayHint, locale: str) -> dict[str, Any] | None:
+    """A ``money`` hint applied to ``args``: ``{label, pointer, text, minor, currency}``;
+    ``text`` is the formatted amount, or the raw value when it cannot be formatted (masked,
+    not an integer, not an ISO 4217 code). ``None`` when the argument is absent."""
+    missing = object()
+    minor = json_pointer.resolve(args, hint.pointer, missing)
+    if minor is missing:
+        return None
+    currency = (hint.currency if hint.currency is not None
+                else json_pointer.resolve(args, hint.currency_field or "", None))
+    label = hint.label or json_pointer.unescape(hint.pointer.rsplit("/", 1)[-1])
+    formatted = None if MASK in (minor, currency) else money_text(minor, currency, locale)
+    return {"label": label, "pointer": hint.pointer, "money": formatted is not None,
+            "text": formatted if formatted is not None else scalar_text(minor)[:120],
+            "minor": minor, "currency": currency}
+
+
+def summary(args: Any, hints: Mapping[str, DisplayHint], locale: str,
+            limit: int = HIGHLIGHTS) -> list[dict[str, Any]]:
+    """Up to ``limit`` fields to show first: hinted money amounts (formatted, their currency
+    field not repeated), then top-level arguments, amount-like names first.
+
+    Each: ``{label, pointer, text, money: bool}`` (money ones add ``minor``, ``currency``).
+    """
+    if not isinstance(args, dict):
+        return []
+    out: list[dict[str, Any]] = []
+    used: set[str] = set()
+    for hint in hints.values():
+        if hint.format == "money" and (field := money_field(args, hint, locale)) is not None:
+            out.append(field)
+            used.add(hint.pointer)
+            if field["money"] and hint.currency_field:
+                used.add(hint.currency_field)
+    for name, text in highlights(args, limit=len(args)):
+        pointer = "/" + json_pointer.escape(name)
+        if pointer not in used:
+            out.append({"label": name, "pointer": pointer, "text": text, "money": False})
+    return out[:limit]
+
+
+def seconds_left(expires_at: datetime, now: datetime) -> int:
+    """Whole seconds until ``expires_at`` (0 once expired)."""
+    return max(0, int((expires_at - now).total_seconds()))
 
 
 def time_left(expires_at: datetime, now: datetime) -> str:

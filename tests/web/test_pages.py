@@ -104,9 +104,10 @@ async def test_inbox_lists_amount_first_and_who_asked(harness: Any, tenant: str)
     await add_user(harness.db, tenant, "fiona", "finance")
     async with _client(harness) as client:
         await sign_in(client, tenant, "fiona")
-        html = (await client.get("/ui")).text
+        html = (await client.get("/ui", headers={"Accept-Language": "en-US"})).text
     item = html[html.index(approval_id):]
-    assert item.index("amount_minor") < item.index("order_id")
+    # The catalogue marks amount_minor as money in minor units of /currency (150000 USD).
+    assert item.index("Amount") < item.index("$1,500.00") < item.index("order_id")
     assert "agent-support (agent)" in item and "customer-42 (customer)" in item
     assert "min left" in item
 

@@ -1,7 +1,7 @@
 """approver passkeys (WebAuthn): credentials, challenges, signed reviews
 
 Revision ID: 0016_webauthn
-Revises: 0014_slack
+Revises: 0015_pages
 Create Date: 2026-12-01 05:30:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0016_webauthn"
-down_revision: str | Sequence[str] | None = "0014_slack"
+down_revision: str | Sequence[str] | None = "0015_pages"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
