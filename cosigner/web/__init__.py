@@ -14,12 +14,13 @@ STATIC = Path(__file__).parent / "static"
 
 def install(app: FastAPI) -> None:
     """Add the ``/ui`` routes, static files and security headers to ``app``."""
-    from cosigner.web import routes, routes_auth
+    from cosigner.web import routes, routes_auth, routes_oidc
     from cosigner.web.auth import SignInRequired
     from cosigner.web.headers import SecurityHeaders
     from cosigner.web.origin import SameOrigin
 
     app.include_router(routes_auth.router)
+    app.include_router(routes_oidc.router)
     app.include_router(routes.router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
     app.add_middleware(SameOrigin)  # inside SecurityHeaders: its 403 gets the headers too
