@@ -54,7 +54,12 @@ const provider = new Provider(issuer, {
   jwks: { keys: [signingJwk] },
   cookies: { keys: [randomUUID()] },
   acrValues: [ACR_PWD, ACR_MFA],
-  claims: { openid: ['sub'], profile: ['name'], groups: ['groups'] },
+  // acr, amr and auth_time in every ID token (as most IdPs send them), not only when the
+  // claims parameter asks.
+  claims: {
+    acr: null, amr: null, auth_time: null, sid: null, iss: null,
+    openid: ['sub', 'acr', 'amr', 'auth_time'], profile: ['name'], groups: ['groups'],
+  },
   scopes: ['openid', 'profile', 'groups'],
   conformIdTokenClaims: false, // scope claims (groups) in the ID token, as IdPs do
   features: { devInteractions: { enabled: false } },
