@@ -20,17 +20,12 @@ from cosigner.http.deps import context
 from cosigner.identity import accounts
 from cosigner.web import csrf, sessions
 from cosigner.web.auth import check_csrf, cookie_secure, current_user
+from cosigner.web.auth import safe_next as _safe_next
 from cosigner.web.render import page
+from cosigner.web.routes_oidc import start_link
 
 log = logging.getLogger("cosigner.web")
 router = APIRouter(prefix="/ui", include_in_schema=False)
-
-
-def _safe_next(target: str | None) -> str:
-    """Only local ``/ui`` paths (no open redirect)."""
-    if target and target.startswith("/ui") and "//" not in target and "\\" not in target:
-        return target
-    return "/ui"
 
 
 def _limits(settings: Settings) -> accounts.SigninLimits:
@@ -52,8 +47,6 @@ def _login_form(request: Request, *, tenant: str, name: str, next_: str,
     provider = configured.get(tenant.strip())
     sso_link = sso_label = None
     if provider is not None:
-        from cosigner.web.routes_oidc import start_link
-
         sso_link, sso_label = start_link(tenant.strip(), next_), provider.label
     response = page(request, "login.html", status=status, tenant=tenant, name=name,
                     next=next_, csrf=csrf.token_for(pre), message=message, user=None,

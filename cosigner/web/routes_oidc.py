@@ -31,9 +31,8 @@ from cosigner.http.deps import context
 from cosigner.identity import oidc_signin
 from cosigner.identity.principals import Caller
 from cosigner.web import sessions
-from cosigner.web.auth import cookie_secure
+from cosigner.web.auth import cookie_secure, safe_next
 from cosigner.web.render import page
-from cosigner.web.routes_auth import _safe_next
 
 log = logging.getLogger("cosigner.web")
 router = APIRouter(prefix="/ui/oidc", include_in_schema=False)
@@ -112,7 +111,7 @@ async def start(request: Request, tenant: str = "", next: str = "/ui", step_up: 
     browser = request.cookies.get(BROWSER_COOKIE) or sessions.new_id()
     wanted = {"acr_values": acr_values or None, "max_age": max_age} if step_up else None
     state, pending = await oidc_signin.begin(
-        deps.db, tenant=tenant, browser_secret=browser, next_path=_safe_next(next),
+        deps.db, tenant=tenant, browser_secret=browser, next_path=safe_next(next),
         step_up=wanted, now=deps.clock(), ttl_s=deps.settings.oidc_login_ttl_s)
     url = deps.oidc.authorization_url(
         provider, meta, redirect_uri=redirect_uri(request), state=state, nonce=pending.nonce,
