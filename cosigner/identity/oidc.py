@@ -27,6 +27,7 @@ Every refusal is a :class:`cosigner.core.errors.SignInRefused` with a stable cod
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -91,8 +92,10 @@ class IdToken:
 class OidcClients:
     """Discovery and JWKS caches, and the protocol steps, for every configured issuer."""
 
-    def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, transport: httpx.AsyncBaseTransport | None = None, *,
+                 refetch_s: float = JWKS_REFETCH_S) -> None:
         self._transport = transport
+        self._refetch_s = refetch_s
         self._metadata: dict[str, tuple[float, Metadata]] = {}
         self._keys: dict[str, tuple[float, KeySet]] = {}  # jwks_uri -> (fetched, keys)
         self._lock = asyncio.Lock()
@@ -149,13 +152,13 @@ class OidcClients:
 
     async def key_set(self, meta: Metadata, *, refresh: bool = False) -> KeySet:
         """The provider's JWKS (cached; ``refresh`` refetches unless fetched within
-        :data:`JWKS_REFETCH_S`)."""
+        ``refetch_s``, default :data:`JWKS_REFETCH_S`)."""
         async with self._lock:
             cached = self._keys.get(meta.jwks_uri)
             now = time.monotonic()
             if cached is not None:
                 age = now - cached[0]
-                if age < (JWKS_REFETCH_S if refresh else METADATA_TTL_S):
+                if age < (self._refetch_s if refresh else METADATA_TTL_S):
                     return cached[1]
             doc = await self._get_json(meta.jwks_uri)
             try:
@@ -286,6 +289,4 @@ def check_claims(provider: OidcProvider, claims: dict[str, Any], *, nonce: str,
 
 
 def _equal(a: str, b: str) -> bool:
-    import hmac
-
     return hmac.compare_digest(a.encode(), b.encode())
