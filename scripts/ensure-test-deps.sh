@@ -31,3 +31,9 @@ fi
 if [ ! -d "$(dirname "$0")/../tests/permits/jose/node_modules/jose" ]; then
   (cd "$(dirname "$0")/../tests/permits/jose" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The OpenID provider the single sign-on tests start (npm oidc-provider, pinned by
+# tests/oidc/package-lock.json; tests/oidc/conftest.py runs the same `npm ci` when this
+# was skipped).
+if [ ! -f "$(dirname "$0")/../tests/oidc/node_modules/oidc-provider/package.json" ]; then
+  (cd "$(dirname "$0")/../tests/oidc" && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -29,6 +29,8 @@ from cosigner.policy.result import ApprovalRequirement
 #: factors), ``mca`` (multiple channels), ``otp`` (one-time password), ``hwk`` (proof of a
 #: hardware key), ``sc`` (smart card).
 MFA_AMR = frozenset({"mfa", "mca", "otp", "hwk", "sc"})
+_METHODS = {"api_key": "an API key", "password": "a password sign-in",
+            "slack": "a Slack click"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +73,12 @@ def shortfall(requirement: ApprovalRequirement, authn: Authn, *,
     """
     if not requirement.step_up():
         return None
-    if authn.method != "oidc" or provider is None:
-        return (f"a {authn.method.replace('_', ' ')} sign-in cannot meet this request's "
-                "step-up; sign in with single sign-on")
+    if provider is None:
+        return ("this tenant has no single sign-on set up, so no sign-in can meet this "
+                "request's step-up")
+    if authn.method != "oidc":
+        who = _METHODS.get(authn.method, f"a {authn.method} sign-in")
+        return f"{who} cannot meet this request's step-up; sign in with single sign-on"
     if requirement.assurance == "mfa" and not (
             MFA_AMR & set(authn.amr) or (authn.acr and authn.acr in provider.mfa_acr_values)):
         return "this request needs a multi-factor sign-in"

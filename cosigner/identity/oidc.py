@@ -249,10 +249,6 @@ class OidcClients:
         return IdToken(dict(token.claims))
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def check_claims(provider: OidcProvider, claims: dict[str, Any], *, nonce: str,
                  now: float) -> None:
     """The claim checks of OpenID Connect Core 1.0 §3.1.3.7 (items 2-3, 9-11); raises
@@ -268,7 +264,8 @@ def check_claims(provider: OidcProvider, claims: dict[str, Any], *, nonce: str,
         raise SignInRefused("the ID token is not meant for this client",
                             code="oidc_wrong_audience")
     exp, iat = claims.get("exp"), claims.get("iat")
-    if not _number(exp) or not _number(iat):
+    if not isinstance(exp, (int, float)) or not isinstance(iat, (int, float)) or isinstance(
+            exp, bool) or isinstance(iat, bool):
         raise SignInRefused("the ID token lacks exp or iat", code="oidc_bad_token")
     if now >= exp + leeway:
         raise SignInRefused("the ID token has expired", code="oidc_expired")

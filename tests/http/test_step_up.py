@@ -78,6 +78,8 @@ async def test_an_api_key_review_is_refused_with_step_up_required(sh: Harness,
         problem = resp.json()
         assert problem["code"] == "step_up_required"
         assert problem["step_up"] == {"assurance": "mfa", "max_auth_age_s": 300}
+        assert problem["detail"] == ("an API key cannot meet this request's step-up; sign "
+                                     "in with single sign-on")
     state = (await sh.client.get(f"/v1/approvals/{approval_id}", headers=runtime)).json()
     assert state["status"] == "pending" and state["reviews"] == []
     logged = await refusals(sh, tenant)
