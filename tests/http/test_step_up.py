@@ -82,6 +82,7 @@ async def test_an_api_key_review_is_refused_with_step_up_required(sh: Harness,
                                      "in with single sign-on")
     state = (await sh.client.get(f"/v1/approvals/{approval_id}", headers=runtime)).json()
     assert state["status"] == "pending" and state["reviews"] == []
+    assert state["step_up"] == {"assurance": "mfa", "min_acr": None, "max_auth_age_s": 300}
     logged = await refusals(sh, tenant)
     assert [(p["code"], p["decision"], p["authn"]) for p in logged] == [
         ("step_up_required", "approved", {"method": "api_key"}),
@@ -95,6 +96,8 @@ async def test_without_step_up_an_api_key_review_records_its_authn(sh: Harness,
     approval_id = (await decide(sh, runtime, scripted(stepped())))["approval"]["id"]
     assert (await review(sh, fiona, approval_id)).status_code == 200
     assert (await reviewed(sh, tenant))[0]["authn"] == {"method": "api_key"}
+    state = (await sh.client.get(f"/v1/approvals/{approval_id}", headers=runtime)).json()
+    assert state["step_up"] is None
 
 
 async def test_a_later_stage_may_ask_for_step_up(sh: Harness, tenant: str) -> None:
@@ -110,6 +113,7 @@ async def test_a_later_stage_may_ask_for_step_up(sh: Harness, tenant: str) -> No
     assert (resp.status_code, resp.json()["code"]) == (403, "step_up_required")
     state = (await sh.client.get(f"/v1/approvals/{approval_id}", headers=runtime)).json()
     assert state["stage"] == 2 and state["status"] == "pending"
+    assert state["step_up"] == {"assurance": "mfa", "min_acr": None, "max_auth_age_s": None}
 
 
 async def _oidc_session(h: Harness, tenant: str, *, acr: str, amr: list[str],
