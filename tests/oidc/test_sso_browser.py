@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urljoin
 
 import httpx
 import pytest
@@ -257,6 +257,37 @@ def test_a_replayed_state_is_refused(scene: Scene, page: Any) -> None:
     assert page.inner_text("#error-code") == "oidc_state_invalid"
     assert "already used" in page.content()
     assert "(oidc_state_invalid)" in scene.server.log_tail(20_000)
+
+
+def test_a_state_only_works_in_the_browser_that_started_it(scene: Scene, page: Any,
+                                                          browser: Any) -> None:
+    """Login CSRF: a callback URL carried to another browser signs nobody in."""
+    sub = person(scene.idp, "finance-approvers")
+    page.goto(f"{scene.server.url}/ui/login?tenant={scene.tenant}")
+    page.click("#sso")
+    page.wait_for_selector("#idp-login")
+    # Finish at the provider with this browser's cookies, but stop before the callback.
+    action = page.get_attribute("form", "action")
+    request = page.context.request
+    done = request.post(urljoin(scene.idp.issuer, str(action)), form={"login": sub},
+                        max_redirects=0)
+    resumed = request.get(urljoin(scene.idp.issuer, done.headers["location"]),
+                          max_redirects=0)
+    callback = resumed.headers["location"]
+    assert callback.startswith(scene.server.url + "/ui/oidc/callback?")
+    other = browser.new_context()
+    try:
+        victim = other.new_page()
+        victim.goto(callback)
+        assert victim.inner_text("#error-code") == "oidc_state_invalid"
+        victim.goto(scene.server.url + "/ui")
+        assert "/ui/login" in victim.url
+    finally:
+        other.close()
+    assert "(oidc_state_invalid): this sign-in was started in another browser" in \
+        scene.server.log_tail(20_000)
+    page.goto(callback)  # the state was spent by the other browser's attempt
+    assert page.inner_text("#error-code") == "oidc_state_invalid"
 
 
 def test_a_person_whose_groups_give_no_role_is_refused(scene: Scene, page: Any) -> None:
