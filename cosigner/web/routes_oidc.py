@@ -145,7 +145,8 @@ async def callback(request: Request, state: str = "", code: str = "", error: str
         log.warning("refused single sign-on for tenant %s (%s): %s", pending.tenant,
                     exc.code, exc.detail)
         status = 403 if exc.code in ("oidc_no_role", "oidc_principal_disabled",
-                                     "oidc_subject_conflict") else 401
+                                     "oidc_subject_conflict") else (
+            502 if exc.code == "oidc_unavailable" else 401)
         return refused(request, exc, status=status)
     old = request.cookies.get(sessions.COOKIE)
     if old:
