@@ -143,8 +143,10 @@ async def record_refusal(db: Database, *, tenant: str, provider: OidcProvider,
 
 
 async def sign_in(db: Database, *, tenant: str, provider: OidcProvider, token: IdToken,
-                  clock: Clock) -> Caller:
-    """The caller a checked ID token signs in (module docstring).
+                  clock: Clock, step_up: dict[str, Any] | None = None) -> Caller:
+    """The caller a checked ID token signs in (module docstring). ``step_up``: what a
+    step-up sign-in asked the provider for (``acr_values``, ``max_age``), recorded in
+    ``web.signed_in``.
 
     Raises:
         SignInRefused: ``oidc_no_role``, ``oidc_subject_conflict``,
@@ -171,7 +173,8 @@ async def sign_in(db: Database, *, tenant: str, provider: OidcProvider, token: I
                              claim_values=[v[:100] for v in values[:_MAX_CLAIM_VALUES]])
         raise error
     try:
-        principal_id = await _upsert(db, tenant, subject, spelt, roles, authn, provider, now)
+        principal_id = await _upsert(db, tenant, subject, spelt, roles, authn, provider, now,
+                                     step_up)
     except SignInRefused as error:
         await record_refusal(db, tenant=tenant, provider=provider, error=error, now=now,
                              subject=subject)
@@ -181,7 +184,8 @@ async def sign_in(db: Database, *, tenant: str, provider: OidcProvider, token: I
 
 
 async def _upsert(db: Database, tenant: str, subject: str, spelt: str, roles: list[str],
-                  authn: Authn, provider: OidcProvider, now: datetime) -> str:
+                  authn: Authn, provider: OidcProvider, now: datetime,
+                  step_up: dict[str, Any] | None) -> str:
     who = {"subject": subject, "principal_id": None, "kind": "oidc"}
     async with db.transaction() as conn:
         row = (await conn.execute(select(
@@ -219,7 +223,8 @@ async def _upsert(db: Database, tenant: str, subject: str, spelt: str, roles: li
         events.append(Event(type="web.signed_in", actor={**who, "principal_id": principal_id},
                             principal=subject,
                             payload={"method": "oidc", "issuer": provider.issuer,
-                                     "authn": authn.record(), "roles": roles}))
+                                     "authn": authn.record(), "roles": roles,
+                                     "step_up": step_up}))
         await append(conn, tenant, events, now=now)
     return principal_id
 

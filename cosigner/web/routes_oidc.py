@@ -186,7 +186,7 @@ async def _finish(request: Request, provider: OidcProvider, pending: oidc_signin
                                          error=exc, now=deps.clock())
         raise
     return await oidc_signin.sign_in(deps.db, tenant=tenant, provider=provider, token=token,
-                                     clock=deps.clock)
+                                     clock=deps.clock, step_up=pending.step_up)
 
 
 def step_up_page(request: Request, user: Caller, approval_id: str,

@@ -213,6 +213,9 @@ def test_step_up_refusal_then_a_stepped_up_review(scene: Scene, page: Any) -> No
     authn = scene.events("approval.reviewed", approval_id=approval_id)[-1]["payload"]["authn"]
     assert authn["method"] == "oidc" and authn["acr"] == ACR_MFA
     assert "otp" in authn["amr"] and abs(authn["auth_time"] - time.time()) < 120
+    signed_in = scene.events("web.signed_in", principal=scene.subject(sub))
+    assert [e["payload"]["step_up"] for e in signed_in] == [
+        None, {"acr_values": ACR_MFA, "max_age": 300}]
 
 
 @pytest.mark.parametrize(("tamper", "code", "text"), [
