@@ -21,6 +21,7 @@ from cosigner.core.settings import Settings
 from cosigner.db.batch import Item
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
+from cosigner.identity.oidc import OidcClients
 from cosigner.identity.principals import KeyAuthenticator
 from cosigner.identity.quotas import Quotas
 from cosigner.keys.keyring import Keyring
@@ -62,3 +63,5 @@ class AppContext:
     #: Undelivered webhooks per tenant (counted by the delivery worker).
     webhook_backlog: Backlog = field(default_factory=lambda: Backlog(10_000), repr=False)
     contracted_runs: ContractedRuns = field(default_factory=ContractedRuns, repr=False)
+    #: Single sign-on: each tenant's OpenID provider discovery and JWKS caches.
+    oidc: OidcClients = field(default_factory=OidcClients, repr=False)

@@ -36,3 +36,9 @@ fi
 if [ ! -f "$(dirname "$0")/../tests/web/axe/node_modules/axe-core/axe.min.js" ]; then
   (cd "$(dirname "$0")/../tests/web/axe" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The OpenID provider the single sign-on tests start (npm oidc-provider, pinned by
+# tests/oidc/package-lock.json; tests/oidc/conftest.py runs the same `npm ci` when this
+# was skipped).
+if [ ! -f "$(dirname "$0")/../tests/oidc/node_modules/oidc-provider/package.json" ]; then
+  (cd "$(dirname "$0")/../tests/oidc" && npm ci --no-audit --no-fund --loglevel=error)
+fi

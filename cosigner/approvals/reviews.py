@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.approvals import rules as review_rules
 from cosigner.approvals import signatures as review_signatures
 from cosigner.approvals import standing as standing_rules
+from cosigner.approvals import stepup
 from cosigner.approvals.requests import (
     SYSTEM_ACTOR,
     aware,
@@ -97,6 +98,8 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
     groups that do not ask (``signature_required`` when there are none). A given assertion
     is always checked (a signed rejection too), and recorded on the review, its event and
     the permit's ``approvers`` entry.
+    Every event of an attempt records the caller's ``authn`` (method, and for single
+    sign-on ``acr``/``amr``/``auth_time``).
 
     Returns the approval state (:func:`cosigner.approvals.views.view`).
 
@@ -105,10 +108,12 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
             ``comment_too_long``.
         NotFound: no such request in the caller's tenant.
         ReviewRefused: ``not_eligible``, ``self_approval``, ``previous_approver``,
-            ``duplicate_review``, ``role_already_met``, and the signed-review codes
-            (``signature_required``, ``signature_invalid``, ``signature_challenge_mismatch``,
-            ``signature_replayed``, ``signature_expired``, ``unknown_credential``,
-            ``credential_removed``).
+            ``duplicate_review``, ``role_already_met``, ``step_up_required`` (403: the
+            stage asks for a stronger or fresher sign-in than the caller's,
+            :mod:`cosigner.approvals.stepup`; ``step_up`` in the problem says what), and
+            the signed-review codes (``signature_required``, ``signature_invalid``,
+            ``signature_challenge_mismatch``, ``signature_replayed``, ``signature_expired``,
+            ``unknown_credential``, ``credential_removed``).
         ApprovalStateError: ``approval_expired`` (at or after ``expires_at``),
             ``approval_not_pending`` (terminal).
     """
@@ -128,7 +133,8 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
         if row is None:
             refusal = NotFound("no such approval request")
             events = [Event(type="approval.review_refused", actor=who,
-                            payload={"code": "not_found", "decision": decision})]
+                            payload={"code": "not_found", "decision": decision,
+                                     "authn": caller.authn.record()})]
         else:
             refusal, events = await _review_locked(deps, conn, caller, row, decision,
                                                    comment, now, standing, assertion)
@@ -143,10 +149,10 @@ async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision
     return state
 
 
-def _refused(row: Any, who: dict[str, Any], decision: str,
+def _refused(row: Any, caller: Caller, decision: str,
              error: CosignerError) -> tuple[CosignerError, list[Event]]:
-    return error, [event("approval.review_refused", row, who, code=error.code,
-                          decision=decision)]
+    return error, [event("approval.review_refused", row, caller.actor(), code=error.code,
+                          decision=decision, authn=caller.authn.record())]
 
 
 async def _review_locked(deps: AppContext, conn: AsyncConnection, caller: Caller, row: Any,
@@ -158,14 +164,14 @@ async def _review_locked(deps: AppContext, conn: AsyncConnection, caller: Caller
     after the last stage the request is expired (409)."""
     chain = parse_requirement(row.requirement).stages()
     if not caller.roles & frozenset().union(*(quorum.required_roles(r) for r in chain)):
-        return _refused(row, caller.actor(), decision, ReviewRefused(
+        return _refused(row, caller, decision, ReviewRefused(
             "you hold none of the roles this request needs", code="not_eligible"))
     ended: list[Event] = []
     if is_due(row, now):
         ended = await expire(conn, row, now, SYSTEM_ACTOR, settings=deps.settings)
         row = await load(conn, row.tenant, row.id, lock=False)
         if row.status == "expired":
-            error, refused = _refused(row, caller.actor(), decision, ApprovalStateError(
+            error, refused = _refused(row, caller, decision, ApprovalStateError(
                 "the approval request has expired", code="approval_expired"))
             return error, ended + refused
     refusal, events = await _review_stage(deps, conn, caller, row, decision, comment, now,
@@ -181,11 +187,11 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
     requirement = parse_requirement(row.requirement)
     held = caller.roles & quorum.required_roles(requirement)
     if not held:
-        return _refused(row, who, decision, ReviewRefused(
+        return _refused(row, caller, decision, ReviewRefused(
             "you hold none of the roles this request needs", code="not_eligible"))
     if row.status != "pending":
         code = "approval_expired" if row.status == "expired" else "approval_not_pending"
-        return _refused(row, who, decision, ApprovalStateError(
+        return _refused(row, caller, decision, ApprovalStateError(
             f"the approval request is {row.status}", code=code))
     everyone = await reviews_of(conn, row.id)
     # Only this stage's reviews count toward its quorum; earlier stages' stay on record
@@ -209,8 +215,16 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
     refusal = review_rules.refusal_code(ctx, subject=caller.subject, roles=held,
                                         decision=decision)
     if refusal is not None:
-        return _refused(row, who, decision,
+        return _refused(row, caller, decision,
                         ReviewRefused(_REFUSAL_TEXT[refusal], code=refusal))
+    short = stepup.shortfall(requirement, caller.authn,
+                             provider=deps.settings.oidc.get(caller.tenant),
+                             now_s=now.timestamp())
+    if short is not None:
+        wanted = stepup.asked(requirement)
+        return _refused(row, caller, decision, ReviewRefused(
+            short, code="step_up_required",
+            step_up=wanted.as_dict() if wanted is not None else {}))
     grant: dict[str, Any] | None = None
     if standing is not None:
         try:
@@ -220,7 +234,7 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
             grant = standing_rules.parse_grant(standing, requirement)
             standing_rules.check_grant(row, grant)
         except InvalidRequest as exc:
-            return _refused(row, who, decision, exc)
+            return _refused(row, caller, decision, exc)
     if decision == "rejected":
         await _insert_review(conn, row, caller, held, None, decision, comment, now,
                              signature)
@@ -228,12 +242,12 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
         await notify(conn, deps.settings, row, "approval.decided", now, status="rejected",
                       decided_by=[caller.subject])
         return None, [event("approval.reviewed", row, who, decision=decision, role=None,
-                             comment=comment, **signed),
+                             comment=comment, authn=caller.authn.record(), **signed),
                       event("approval.rejected", row, who)]
     approving = [(r.subject, frozenset(r.roles)) for r in existing if r.decision == "approved"]
     assignment = quorum.match([*approving, (caller.subject, held)], requirement.require)
     if caller.subject not in assignment:
-        return _refused(row, who, decision, ReviewRefused(
+        return _refused(row, caller, decision, ReviewRefused(
             "the groups you could count for are already met", code="role_already_met"))
     await _insert_review(conn, row, caller, held, assignment[caller.subject], decision,
                          comment, now, signature)
@@ -243,7 +257,8 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
                                .values(role=assignment.get(earlier.subject)))
     events = [event("approval.reviewed", row, who, decision=decision,
                      role=assignment[caller.subject], comment=comment,
-                     progress=quorum.progress(requirement.require, assignment), **signed)]
+                     progress=quorum.progress(requirement.require, assignment),
+                     authn=caller.authn.record(), **signed)]
     if quorum.is_met(requirement.require, assignment):
         events += await _approve(deps, conn, row, assignment, now, who)
         if grant is not None:  # parse_grant: one person meets this stage, so it is met

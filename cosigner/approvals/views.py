@@ -19,6 +19,8 @@ __all__ = ["DEAD_PERMIT", "MASK", "display_args", "effective_status", "permit_st
            "progress_of", "view"]
 #: Seconds a client should wait before polling a pending request again.
 RETRY_AFTER_S = 2
+#: Requirement keys of a stage's step-up, shown as ``step_up``.
+STEP_UP_KEYS = ("assurance", "min_acr", "max_auth_age_s")
 
 
 def _aware(moment: datetime) -> datetime:
@@ -102,6 +104,9 @@ def view(row: Any, review_rows: list[Any], *, public_url: str, now: datetime,
         "on_expired": None if nxt is None else {
             "require": nxt["require"], "timeout_ms": nxt["timeout_ms"],
             "distinct_from": nxt["distinct_from"]},
+        # The current stage's step-up (cosigner.approvals.stepup), or null.
+        "step_up": {key: row.requirement[key] for key in STEP_UP_KEYS
+                    if row.requirement.get(key) is not None} or None,
         "kind": row.kind,
         "decision_id": row.decision_id,
         "run_id": row.run_id,

@@ -15,12 +15,15 @@ Tree::
     │   └── PayloadTooLarge      payload_too_large
     ├── AuthError
     │   ├── Unauthenticated      unauthenticated
+    │   │   └── SignInRefused    oidc_* (single sign-on refused: the web pages' own
+    │   │                        codes, never a JSON API answer)
     │   └── Forbidden            forbidden, cross_origin (a /ui post from another origin)
     ├── NotFound                 not_found
     ├── Conflict                 (state conflicts, 409)
     │   ├── IdempotencyConflict  idempotency_conflict
     │   ├── ApprovalStateError   approval_expired, approval_not_pending, ...
-    │   ├── ReviewRefused        self_approval, duplicate_review, not_eligible, ...
+    │   ├── ReviewRefused        self_approval, duplicate_review, not_eligible,
+    │   │                        step_up_required (403: a stronger sign-in needed), ...
     │   ├── OutcomeConflict      outcome_conflict
     │   ├── ContractConflict     contract_conflict    (run contracts never widen)
     │   ├── RunStarted           run_started          (a contract comes before the first call)
@@ -94,6 +97,11 @@ class AuthError(CosignerError):
 class Unauthenticated(AuthError):
     code = "unauthenticated"
     title = "Authentication required"
+
+
+class SignInRefused(Unauthenticated):
+    code = "signin_refused"
+    title = "Sign-in refused"
 
 
 class Forbidden(AuthError):

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from cosigner.core.roles import is_approver_role
+
 
 class WebhookTarget(BaseModel):
     """One receiver of approval notifications; ``secret`` keys the HMAC-SHA256 signature."""
@@ -63,6 +65,67 @@ class RateLimits(BaseModel):
     tenant_burst: int = Field(default=2000, ge=0)
     decisions_per_min: int = Field(default=60_000, ge=0)
     approvals_per_min: int = Field(default=1200, ge=0)
+
+
+#: Issuers over plain http are accepted only on these hosts (tests, a local IdP); OpenID
+#: Connect Discovery 1.0 §3 requires https everywhere else.
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+class OidcProvider(BaseModel):
+    """One tenant's OpenID provider (README § Single sign-on).
+
+    ``issuer`` is compared exactly with the ID token's ``iss`` and its discovery document
+    (``{issuer}/.well-known/openid-configuration``). ``role_map`` maps each value of the
+    ``roles_claim`` claim (a string or a list of strings) to Cosigner approver roles; the
+    roles of a principal signed in this way are replaced by the mapped roles at every
+    sign-in. ``acr_values`` is the provider's ``acr`` values ordered weakest first (a
+    requirement's ``min_acr`` is met by that value or any later one); ``mfa_acr_values``
+    are the ``acr`` values that count as multi-factor (besides the RFC 8176 ``amr`` values
+    :data:`cosigner.approvals.stepup.MFA_AMR`). ``leeway_s``: clock skew allowed on
+    ``exp``/``iat``/``auth_time``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    issuer: str = Field(max_length=512)
+    client_id: str = Field(min_length=1, max_length=256)
+    client_secret: SecretStr = Field(min_length=1)
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "profile"])
+    roles_claim: str = Field(default="groups", min_length=1, max_length=128)
+    role_map: dict[str, list[str]] = Field(min_length=1)
+    allow_passwords: bool = True
+    label: str = Field(default="single sign-on", min_length=1, max_length=80)
+    acr_values: list[str] = Field(default_factory=list)
+    mfa_acr_values: list[str] = Field(default_factory=list)
+    leeway_s: int = Field(default=60, ge=0, le=600)
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer_is_https(cls, value: str) -> str:
+        plain = value.startswith("http://") and value[7:].split("/")[0].rsplit(
+            ":", 1)[0] in _LOOPBACK_HOSTS
+        if not (value.startswith("https://") or plain) or "#" in value or "?" in value:
+            raise ValueError("oidc issuer must be an https URL without query or fragment "
+                             "(http only on a loopback host)")
+        return value
+
+    @field_validator("scopes")
+    @classmethod
+    def _has_openid(cls, value: list[str]) -> list[str]:
+        if "openid" not in value or any(not s or " " in s for s in value):
+            raise ValueError("oidc scopes must include openid (one scope per entry)")
+        return value
+
+    @field_validator("role_map")
+    @classmethod
+    def _approver_roles(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for claim_value, roles in value.items():
+            if not roles or not all(is_approver_role(r) for r in roles):
+                raise ValueError(f"oidc role_map[{claim_value!r}] must list approver roles "
+                                 "(not runtime, auditor, admin, operator, barrier, "
+                                 "breakglass)")
+        return value
 
 
 class Settings(BaseSettings):
@@ -165,6 +228,13 @@ class Settings(BaseSettings):
     #: Lifetime of a one-time Slack link URL (s), and how often Slack messages are synced.
     slack_link_ttl_s: int = Field(default=600, ge=60, le=86_400)
     slack_poll_s: float = Field(default=2.0, gt=0, le=60)
+
+    #: Single sign-on per tenant (:class:`OidcProvider`), e.g.
+    #: ``COSIGNER_OIDC='{"acme": {"issuer": "https://idp.example", "client_id": "cosigner",
+    #: "client_secret": "...", "role_map": {"finance-approvers": ["finance"]}}}'``.
+    oidc: dict[str, OidcProvider] = Field(default_factory=dict)
+    #: How long a started single sign-on may take before its callback is refused (s).
+    oidc_login_ttl_s: int = Field(default=600, ge=30, le=3600)
 
     #: Rate limits and quotas per tenant (``"*"``: every tenant without its own entry),
     #: e.g. ``COSIGNER_RATE_LIMITS='{"*": {"tenant_per_s": 200}, "acme": {...}}'``.

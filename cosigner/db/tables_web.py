@@ -2,6 +2,11 @@
 
 * ``web_sessions``: server-side sign-in sessions. Only SHA-256 of the opaque session id is
   stored, so a copy of the database does not let anyone sign in.
+  ``auth_method``/``acr``/``amr``/``auth_time`` record how the person signed in
+  (:class:`cosigner.identity.principals.Authn`; migration ``0013_oidc``).
+* ``oidc_logins``: single sign-ons started and not yet finished: SHA-256 of the ``state``
+  (the lookup key, single use), SHA-256 of the browser-binding cookie, the ``nonce`` and the
+  PKCE code verifier, where to go afterwards, and when the sign-in expires.
 * ``signin_failures``: failed sign-in counters per account and per address, in the database so
   every replica sees the same counts.
 * ``webhook_deliveries`` / ``webhook_attempts``: the notification outbox (written in the same
@@ -11,6 +16,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Column,
     DateTime,
@@ -32,7 +38,26 @@ web_sessions = Table(
     Column("tenant", String(128), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("last_seen_at", DateTime(timezone=True), nullable=False),
+    Column("auth_method", String(16), nullable=False, server_default="password"),
+    Column("acr", String(256), nullable=True),
+    Column("amr", JSON, nullable=True),
+    Column("auth_time", BigInteger, nullable=True),  # seconds since the epoch
     Index("ix_web_sessions_principal", "principal_id"),
+)
+
+oidc_logins = Table(
+    "oidc_logins",
+    metadata,
+    Column("state_hash", String(64), primary_key=True),
+    Column("browser_hash", String(64), nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("nonce", String(128), nullable=False),
+    Column("code_verifier", String(128), nullable=False),
+    Column("next_path", String(512), nullable=False),
+    Column("step_up", JSON, nullable=True),  # {acr_values, max_age} asked for, or null
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("ix_oidc_logins_expires", "expires_at"),
 )
 
 signin_failures = Table(

@@ -46,6 +46,7 @@ _FORBIDDEN_CODES = {
     "invalid_args",
     # reviews: separation of duties
     "not_eligible", "self_approval", "previous_approver", "break_glass_forbidden",
+    "step_up_required",
 }
 
 

@@ -140,11 +140,15 @@ async def add_user(db: Database, *, tenant: str, name: str, roles: list[str], pa
     its spelling as the display name.
 
     Raises:
-        InvalidRequest: bad tenant, name (``invalid_subject``), role names, or a password
+        InvalidRequest: bad tenant, name (``invalid_subject``; also a name starting with
+            ``oidc:``, reserved for single sign-on subjects), role names, or a password
             under 12 characters.
         SubjectConflict: another spelling of ``name`` is already a principal (409).
     """
     subject = _check_name(tenant, name)
+    if subject.startswith("oidc:"):  # single sign-on subjects never get a password
+        raise InvalidRequest("names starting with 'oidc:' are single sign-on subjects",
+                             code="invalid_subject")
     roles = validate_roles(roles)
     password_hash = await asyncio.to_thread(hash_password, password)
     now = clock()

@@ -12,6 +12,9 @@ DESIGN invariant 1 and case K04/K05)::
                   "distinct_from": "initiator" | "previous" | "initiator_and_previous",
                   "signature": "webauthn",                                # optional: every
                                                                           # group signed
+                  "assurance": "mfa",                 # optional: step-up (per stage)
+                  "min_acr": str,                     # optional: step-up (per stage)
+                  "max_auth_age_s": 1..2_592_000,     # optional: step-up (per stage)
                   "on_expired": {"require": [...], "timeout_ms": ...,     # optional: the
                                  "distinct_from": ..., "on_expired": ...}, # next stage
                   "break_glass": bool,                                      # optional, true
@@ -38,7 +41,11 @@ MAX_TIMEOUT_MS = 2_592_000_000  # 30 days
 #: An escalation chain has at most this many stages (the first one included).
 MAX_STAGES = 3
 _RESULT_KEYS = frozenset({"effect", "reasons", "approval", "mask", "permit_ttl_s"})
-_STAGE_KEYS = frozenset({"require", "timeout_ms", "distinct_from", "on_expired", "signature"})
+_STAGE_KEYS = frozenset({"require", "timeout_ms", "distinct_from", "on_expired", "signature",
+                         "assurance", "min_acr", "max_auth_age_s"})
+#: ``assurance`` values a requirement may ask for (see :mod:`cosigner.approvals.stepup`).
+ASSURANCES = frozenset({"mfa"})
+MAX_AUTH_AGE_S = 2_592_000
 _APPROVAL_KEYS = _STAGE_KEYS | {"break_glass", "standing"}
 MAX_STANDING_TTL_S = 30 * 86_400
 MAX_STANDING_USES = 10_000
@@ -87,6 +94,11 @@ class ApprovalRequirement:
     ``on_expired``: the stage the request escalates to when this one times out (``None``:
     it expires). ``break_glass``: whether one ``breakglass`` principal may authorise the
     call alone (stored on the first stage; a later stage inherits it).
+
+    Step-up (per stage; :mod:`cosigner.approvals.stepup` checks a reviewer against it):
+    ``assurance`` ``"mfa"`` (a multi-factor sign-in), ``min_acr`` (at least this ``acr`` in
+    the tenant's ordered ``acr_values``), ``max_auth_age_s`` (the reviewer authenticated at
+    most this long ago). Any of them makes API keys and passwords unable to review.
     """
 
     require: tuple[RoleGroup, ...]
@@ -95,6 +107,13 @@ class ApprovalRequirement:
     on_expired: ApprovalRequirement | None = None
     break_glass: bool = True
     standing: StandingRule | None = None
+    assurance: str | None = None
+    min_acr: str | None = None
+    max_auth_age_s: int | None = None
+
+    def step_up(self) -> bool:
+        """True when this stage asks for more than who the reviewer is."""
+        return bool(self.assurance or self.min_acr or self.max_auth_age_s)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -102,6 +121,9 @@ class ApprovalRequirement:
             "timeout_ms": self.timeout_ms,
             "distinct_from": self.distinct_from,
         }
+        for name in ("assurance", "min_acr", "max_auth_age_s"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         if self.on_expired is not None:
             nxt = self.on_expired.as_dict()
             nxt.pop("break_glass", None)  # the first stage's settings hold for the chain
@@ -193,6 +215,7 @@ def parse_requirement(raw: Any, *, _stage: int = 1,
     whole = _parse_signature(raw.get("signature"), "approval")
     if whole is not None:  # the whole requirement: every group signed
         parsed = [RoleGroup(g.role, g.count, whole) for g in parsed]
+    assurance, min_acr, max_age = _parse_step_up(raw)
     nxt = raw.get("on_expired")
     on_expired = None
     if nxt is not None:
@@ -200,7 +223,21 @@ def parse_requirement(raw: Any, *, _stage: int = 1,
             raise PolicyError(f"approval.on_expired chains at most {MAX_STAGES} stages")
         on_expired = parse_requirement(nxt, _stage=_stage + 1, _break_glass=break_glass)
     return ApprovalRequirement(tuple(parsed), timeout_ms, distinct_from, on_expired,
-                               break_glass, standing)
+                               break_glass, standing, assurance=assurance, min_acr=min_acr,
+                               max_auth_age_s=max_age)
+
+
+def _parse_step_up(raw: dict[str, Any]) -> tuple[str | None, str | None, int | None]:
+    assurance, min_acr, max_age = (raw.get("assurance"), raw.get("min_acr"),
+                                   raw.get("max_auth_age_s"))
+    if assurance is not None and assurance not in ASSURANCES:
+        raise PolicyError('approval.assurance must be "mfa"')
+    if min_acr is not None and (not isinstance(min_acr, str) or not min_acr.strip()
+                                or len(min_acr) > 256):
+        raise PolicyError("approval.min_acr must be a non-empty string (at most 256 chars)")
+    if max_age is not None and (not _is_int(max_age) or not 1 <= max_age <= MAX_AUTH_AGE_S):
+        raise PolicyError(f"approval.max_auth_age_s must be an integer in 1..{MAX_AUTH_AGE_S}")
+    return assurance, min_acr, max_age
 
 
 def _parse_signature(raw: Any, where: str) -> str | None:
@@ -231,9 +268,11 @@ _DISTINCT_PARTS: dict[str, frozenset[str]] = {
 
 def stricter(base: ApprovalRequirement, other: ApprovalRequirement) -> ApprovalRequirement:
     """The requirement meeting both: every group of either (the larger count for a role
-    named by both, signed when either asks), the shorter timeout, and both
-    ``distinct_from`` rules (program
-    barriers: a policy may only raise the program's requirement, never lower it)."""
+    named by both, signed when either asks), the shorter timeout, both ``distinct_from``
+    rules, and both step-ups (``mfa`` if either asks, the shorter ``max_auth_age_s``; two
+    different ``min_acr`` cannot be ordered without the tenant's settings, so they are a
+    :class:`PolicyError`) (program barriers: a policy may only raise the program's
+    requirement, never lower it)."""
     counts: dict[str, int] = {}
     signed: dict[str, str] = {}
     for group in base.require + other.require:
@@ -242,8 +281,14 @@ def stricter(base: ApprovalRequirement, other: ApprovalRequirement) -> ApprovalR
             signed[group.role] = group.signature
     parts = _DISTINCT_PARTS[base.distinct_from] | _DISTINCT_PARTS[other.distinct_from]
     distinct: Any = "initiator_and_previous" if len(parts) == 2 else next(iter(parts))
+    if base.min_acr and other.min_acr and base.min_acr != other.min_acr:
+        raise PolicyError("two different approval.min_acr values cannot be combined")
+    ages = [a for a in (base.max_auth_age_s, other.max_auth_age_s) if a is not None]
     return ApprovalRequirement(tuple(RoleGroup(r, c, signed.get(r)) for r, c in counts.items()),
-                               min(base.timeout_ms, other.timeout_ms), distinct)
+                               min(base.timeout_ms, other.timeout_ms), distinct,
+                               assurance=base.assurance or other.assurance,
+                               min_acr=base.min_acr or other.min_acr,
+                               max_auth_age_s=min(ages) if ages else None)
 
 
 def _parse_reasons(raw: Any) -> tuple[Reason, ...]:

@@ -15,12 +15,13 @@ STATIC = Path(__file__).parent / "static"
 
 def install(app: FastAPI) -> None:
     """Add the ``/ui`` routes, static files and security headers to ``app``."""
-    from cosigner.web import routes, routes_auth, routes_passkeys, routes_slack
+    from cosigner.web import routes, routes_auth, routes_oidc, routes_passkeys, routes_slack
     from cosigner.web.auth import SignInRequired
     from cosigner.web.headers import SecurityHeaders
     from cosigner.web.origin import SameOrigin
 
     app.include_router(routes_auth.router)
+    app.include_router(routes_oidc.router)
     app.include_router(routes.router)
     app.include_router(routes_slack.router)
     app.include_router(routes_passkeys.router)

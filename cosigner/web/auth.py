@@ -15,6 +15,13 @@ class SignInRequired(Exception):
     """No live session: GET pages redirect to the sign-in form, POSTs get 403."""
 
 
+def safe_next(target: str | None) -> str:
+    """Only local ``/ui`` paths (no open redirect)."""
+    if target and target.startswith("/ui") and "//" not in target and "\\" not in target:
+        return target
+    return "/ui"
+
+
 def cookie_secure(request: Request) -> bool:
     """``Secure`` cookies when this request, or the public URL, is https."""
     public_url: str = context(request).settings.public_url

@@ -96,6 +96,10 @@ async def review(request: Request, approval_id: str, user: UserDep,
     except NotFound:
         return page(request, "error.html", status=404, message="No such approval request.")
     except CosignerError as exc:
+        if exc.code == "step_up_required":  # back through the IdP, then to this request
+            from cosigner.web.routes_oidc import step_up_page
+
+            return step_up_page(request, user, approval_id, exc)
         try:
             view = await pages.detail(deps, user, approval_id, locale=_locale(request))
         except (NotFound, Forbidden):

@@ -1,7 +1,14 @@
-"""Sign-in and sign-out pages."""
+"""Sign-in and sign-out pages.
+
+The sign-in page offers what the tenant allows: a link to its single sign-on
+(:mod:`cosigner.web.routes_oidc`) when ``settings.oidc`` names the tenant, and the password
+form unless that tenant's ``allow_passwords`` is false (then a password post for it is
+refused, 403, before any password is checked).
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
@@ -13,16 +20,12 @@ from cosigner.http.deps import context
 from cosigner.identity import accounts
 from cosigner.web import csrf, sessions
 from cosigner.web.auth import check_csrf, cookie_secure, current_user
+from cosigner.web.auth import safe_next as _safe_next
 from cosigner.web.render import page
+from cosigner.web.routes_oidc import start_link
 
+log = logging.getLogger("cosigner.web")
 router = APIRouter(prefix="/ui", include_in_schema=False)
-
-
-def _safe_next(target: str | None) -> str:
-    """Only local ``/ui`` paths (no open redirect)."""
-    if target and target.startswith("/ui") and "//" not in target and "\\" not in target:
-        return target
-    return "/ui"
 
 
 def _limits(settings: Settings) -> accounts.SigninLimits:
@@ -40,8 +43,15 @@ def _set_cookie(response: Response, request: Request, name: str, value: str) -> 
 def _login_form(request: Request, *, tenant: str, name: str, next_: str,
                 message: str | None = None, status: int = 200) -> Response:
     pre = request.cookies.get(sessions.PRE_COOKIE) or sessions.new_id()
+    configured = context(request).settings.oidc
+    provider = configured.get(tenant.strip())
+    sso_link = sso_label = None
+    if provider is not None:
+        sso_link, sso_label = start_link(tenant.strip(), next_), provider.label
     response = page(request, "login.html", status=status, tenant=tenant, name=name,
-                    next=next_, csrf=csrf.token_for(pre), message=message, user=None)
+                    next=next_, csrf=csrf.token_for(pre), message=message, user=None,
+                    sso_link=sso_link, sso_label=sso_label, sso_any=bool(configured),
+                    passwords=provider is None or provider.allow_passwords)
     if request.cookies.get(sessions.PRE_COOKIE) != pre:
         _set_cookie(response, request, sessions.PRE_COOKIE, pre)
     return response
@@ -69,6 +79,13 @@ async def login(request: Request, tenant: Annotated[str, Form(max_length=128)] =
     deps = context(request)
     # The real peer, or behind a trusted proxy the address it saw (cosigner.http.proxies).
     address = request.client.host if request.client else "unknown"
+    provider = deps.settings.oidc.get(tenant.strip())
+    if provider is not None and not provider.allow_passwords:
+        log.warning("refused password sign-in for tenant %s from %s: single sign-on only",
+                    tenant.strip(), address)
+        return _login_form(request, tenant=tenant.strip(), name=name, next_=next_,
+                           status=403, message="This tenant signs in with single sign-on "
+                           "only; passwords are switched off.")
     try:
         caller = await accounts.authenticate_password(
             deps.db, tenant=tenant.strip(), name=name.strip(), password=password,

@@ -4,6 +4,11 @@ The cookie holds an opaque 256-bit random id; the table holds only its SHA-256, 
 reading the database does not let anyone sign in. A session ends after
 ``settings.session_idle_timeout_s`` without a request, at sign-out, or when the principal
 is disabled. A new id is issued at every sign-in (no session fixation).
+
+Each session records how its person authenticated (the caller's
+:class:`~cosigner.identity.principals.Authn`: ``password``, or ``oidc`` with the ID token's
+``acr``, ``amr`` and ``auth_time``); the caller a session loads carries it, so step-up
+requirements (:mod:`cosigner.approvals.stepup`) are checked against the sign-in itself.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from sqlalchemy import delete, select
 from cosigner.db.database import Database
 from cosigner.db.tables import principals
 from cosigner.db.tables_web import web_sessions
-from cosigner.identity.principals import PASSWORD_AUTHN, Caller
+from cosigner.identity.principals import Authn, Caller
 
 COOKIE = "cosigner_session"
 #: Pre-sign-in cookie: the login form's CSRF token is bound to it.
@@ -54,7 +59,9 @@ async def create(db: Database, caller: Caller, *, now: datetime,
                 web_sessions.c.last_seen_at < now - timedelta(seconds=idle_timeout_s)))
         await conn.execute(web_sessions.insert().values(
             id_hash=_hash(raw), principal_id=caller.principal_id, tenant=caller.tenant,
-            created_at=now, last_seen_at=now))
+            created_at=now, last_seen_at=now, auth_method=caller.authn.method,
+            acr=caller.authn.acr, amr=list(caller.authn.amr) or None,
+            auth_time=caller.authn.auth_time))
     return raw
 
 
@@ -74,7 +81,9 @@ async def load(db: Database, raw: str, *, now: datetime, idle_timeout_s: int) ->
     id_hash = _hash(raw)
     async with db.read() as conn:
         row = (await conn.execute(
-            select(web_sessions.c.last_seen_at, principals.c.id, principals.c.tenant,
+            select(web_sessions.c.last_seen_at, web_sessions.c.auth_method,
+                   web_sessions.c.acr, web_sessions.c.amr, web_sessions.c.auth_time,
+                   principals.c.id, principals.c.tenant,
                    principals.c.subject, principals.c.roles, principals.c.disabled)
             .join(principals, principals.c.id == web_sessions.c.principal_id)
             .where(web_sessions.c.id_hash == id_hash))).first()
@@ -89,4 +98,6 @@ async def load(db: Database, raw: str, *, now: datetime, idle_timeout_s: int) ->
             await conn.execute(web_sessions.update().where(web_sessions.c.id_hash == id_hash)
                                .values(last_seen_at=now))
     return Caller(tenant=row.tenant, principal_id=row.id, subject=row.subject,
-                  roles=frozenset(row.roles), kind="user", authn=PASSWORD_AUTHN)
+                  roles=frozenset(row.roles), kind="user",
+                  authn=Authn(row.auth_method, acr=row.acr, amr=tuple(row.amr or ()),
+                              auth_time=row.auth_time))

@@ -128,12 +128,14 @@ def test_every_problem_response_lists_codes_of_its_status(document: dict[str, An
 
 def _source_codes() -> set[str]:
     """Codes the API's source raises: ``code="x"`` arguments and class defaults, outside
-    the command line and the web form's own sign-in and passkey registration pages."""
+    the command line and the web form's own sign-in (single sign-on included) and passkey
+    registration pages."""
     found: set[str] = set()
     for path in (ROOT / "cosigner").rglob("*.py"):
         rel = path.relative_to(ROOT / "cosigner").as_posix()
         if rel.startswith(("cli/", "web/")) or rel in {
-                "identity/accounts.py", "identity/passkeys.py", "http/codes.py"}:
+                "identity/accounts.py", "identity/passkeys.py", "identity/oidc.py",
+                "identity/oidc_signin.py", "http/codes.py"}:
             continue
         found.update(re.findall(r'code="([a-z_]+)"', path.read_text()))
     return found

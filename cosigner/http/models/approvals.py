@@ -131,6 +131,14 @@ class StageV1(BaseModel):
     distinct_from: Literal["initiator", "previous", "initiator_and_previous"]
 
 
+class StepUpV1(BaseModel):
+    """What the current stage asks of its reviewers' sign-in (README § Step-up)."""
+
+    assurance: Literal["mfa"] | None = None
+    min_acr: str | None = None
+    max_auth_age_s: int | None = None
+
+
 class GroupProgressV1(BaseModel):
     role: str
     count: int
@@ -161,6 +169,8 @@ class ApprovalV1(BaseModel):
                                                         "require/expires_at are this stage's.")
     on_expired: StageV1 | None = Field(default=None, description="The next stage when this "
                                        "one times out; null: the request then expires.")
+    step_up: StepUpV1 | None = Field(default=None, description="The current stage's step-up "
+                                     "(null: none); API keys and passwords never meet it.")
     kind: Literal["policy", "runtime_review", "barrier"] | None = None
     decision_id: str | None = None
     run_id: str | None = None

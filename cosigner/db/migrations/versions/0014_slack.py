@@ -1,7 +1,7 @@
 """Slack approvals: posted messages (their outbox), one-time link tokens, user links
 
 Revision ID: 0014_slack
-Revises: 0012_run_started_key_alg
+Revises: 0013_oidc
 Create Date: 2026-12-01 05:20:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0014_slack"
-down_revision: str | Sequence[str] | None = "0012_run_started_key_alg"
+down_revision: str | Sequence[str] | None = "0013_oidc"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

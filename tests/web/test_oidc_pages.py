@@ -1,0 +1,77 @@
+"""The single sign-on pages over HTTP (no browser, no provider): what the sign-in page
+offers per tenant, passwords switched off, and the refusals that need no provider."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from cosigner.db.tables import audit_events
+from tests.conftest import Harness, free_port
+from tests.web.conftest import add_user, sign_in, web_client
+
+
+def provider(**overrides: Any) -> dict[str, Any]:
+    # Nothing listens on this port: discovery fails.
+    return {"issuer": f"http://127.0.0.1:{free_port()}", "client_id": "cosigner",
+            "client_secret": "s3cret", "role_map": {"fin": ["finance"]},
+            "label": "Acme SSO", **overrides}
+
+
+@pytest.fixture
+async def h(harness_factory: Callable[..., Any], tenant: str) -> Harness:
+    harness: Harness = await harness_factory(oidc={
+        tenant: provider(), f"{tenant}-only": provider(allow_passwords=False)})
+    return harness
+
+
+async def test_the_sign_in_page_offers_what_the_tenant_allows(h: Harness, tenant: str) -> None:
+    async with web_client(h) as client:
+        both = (await client.get(f"/ui/login?tenant={tenant}&next=/ui/history")).text
+        assert f'href="/ui/oidc/start?tenant={tenant}&amp;next=%2Fui%2Fhistory"' in both
+        assert "Sign in with Acme SSO" in both and 'id="password-form"' in both
+        only = (await client.get(f"/ui/login?tenant={tenant}-only")).text
+        assert 'id="sso"' in only and 'id="password-form"' not in only
+        unknown = (await client.get("/ui/login")).text
+        assert 'id="sso-tenant"' in unknown and 'id="password-form"' in unknown
+
+
+async def test_passwords_switched_off_refuse_even_the_right_password(h: Harness,
+                                                                      tenant: str) -> None:
+    await add_user(h.db, f"{tenant}-only", "paula", "finance")
+    await add_user(h.db, tenant, "paula", "finance")
+    async with web_client(h) as client:
+        refused = await sign_in(client, f"{tenant}-only", "paula")
+        assert refused.status_code == 403 and "single sign-on only" in refused.text
+        assert 'id="password-form"' not in refused.text
+    async with web_client(h) as client:
+        assert (await sign_in(client, tenant, "paula")).status_code == 303
+
+
+async def test_refusals_without_the_provider_write_nothing_to_the_log(h: Harness,
+                                                                       tenant: str) -> None:
+    async with web_client(h) as client:
+        page = await client.get("/ui/oidc/start?tenant=nobody")
+        assert page.status_code == 404 and "oidc_not_configured" in page.text
+        page = await client.get(f"/ui/oidc/start?tenant={tenant}")  # provider unreachable
+        assert page.status_code == 502 and "oidc_unavailable" in page.text
+        page = await client.get(f"/ui/oidc/start?tenant={tenant}&step_up=1&acr_values=a%0Ab")
+        assert page.status_code == 422 and "oidc_bad_request" in page.text
+        page = await client.get("/ui/oidc/callback?state=made-up&code=x")
+        assert page.status_code == 400 and "oidc_state_invalid" in page.text
+        assert "Nothing was signed in" in page.text
+    async with h.db.read() as conn:
+        count = (await conn.execute(select(func.count()).select_from(audit_events).where(
+            audit_events.c.tenant == tenant))).scalar_one()
+    assert count == 0
+
+
+async def test_a_password_name_may_not_claim_a_single_sign_on_subject(h: Harness,
+                                                                       tenant: str) -> None:
+    from cosigner.core.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest):
+        await add_user(h.db, tenant, "oidc:https://idp.example#alice", "finance")
