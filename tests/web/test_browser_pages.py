@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 import subprocess
 import uuid
@@ -28,7 +29,11 @@ from tests.web.test_browser import ARGS, CHROMIUM, OUTPUT, Scene
 pytestmark = pytest.mark.browser
 
 AXE = Path(__file__).parent / "axe"
-SCREENSHOTS = ROOT / "docs" / "screenshots"
+#: Where the screenshots go: test-output/screenshots on every run, and the README's own
+#: docs/screenshots when ``COSIGNER_UPDATE_SCREENSHOTS=1`` (so a test run leaves the
+#: checkout clean; README § Approver pages).
+SCREENSHOTS = (ROOT / "docs" / "screenshots" if os.environ.get("COSIGNER_UPDATE_SCREENSHOTS")
+               == "1" else OUTPUT / "screenshots")
 WIDE = {"width": 1280, "height": 900}
 PHONE = {"width": 375, "height": 812}
 #: axe-core rule sets checked: WCAG 2.0/2.1/2.2 A and AA, and axe's best practices.
