@@ -210,7 +210,7 @@ async def _review_stage(deps: AppContext, conn: AsyncConnection, caller: Caller,
             deps, conn, caller, row, requirement, held, decision=decision,
             assertion=assertion, now=now)
     except ReviewRefused as exc:
-        return _refused(row, who, decision, exc)
+        return _refused(row, caller, decision, exc)
     signed = {"signature": signature} if signature is not None else {}
     refusal = review_rules.refusal_code(ctx, subject=caller.subject, roles=held,
                                         decision=decision)
