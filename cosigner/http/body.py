@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from fastapi import Request
+from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive
-from pydantic import BaseModel, ValidationError
 
 from cosigner.core.canonical import parse_json
 from cosigner.core.errors import PayloadTooLarge, ValidationFailed

@@ -19,8 +19,8 @@ from cosigner.http.models.approvals import (
     RedeemRequestV1,
     RedemptionV1,
 )
-from cosigner.permits import ledger as permit_ledger
 from cosigner.identity.principals import Caller
+from cosigner.permits import ledger as permit_ledger
 from cosigner.permits import redeem as permit_redeem
 
 router = APIRouter(prefix="/v1", tags=["permits"])
