@@ -54,6 +54,7 @@ from cosigner.keys.material import (
     KeyInfo,
     KeyringError,
     check_lifetime,
+    ed25519_signer,
     generate_key,
     is_published,
     make_entry,
@@ -90,6 +91,7 @@ class Keyring:
     ) -> None:
         self._signing_key = signing_key
         self._headers: dict[tuple[str, str], bytes] = {}  # (kid, typ) → encoded header
+        self._signers: dict[str, Callable[[bytes], bytes]] = {}  # kid → ed25519_signer
         self._entries = entries
         self._current_kid = current_kid
         self._max_lifetime = timedelta(seconds=max_token_lifetime_s)
@@ -289,10 +291,13 @@ class Keyring:
             header = self._headers[(kid, typ)] = _b64url(orjson.dumps(
                 {"alg": self._entries[kid].info.alg, "kid": kid, "typ": typ}))
         signing_input = header + b"." + _b64url(orjson.dumps(claims))
-        private = key.private_key
-        if not isinstance(private, Ed25519PrivateKey):
-            raise KeyringError("the current signing key is not an Ed25519 private key")
-        signature = private.sign(signing_input)
+        signer = self._signers.get(kid)
+        if signer is None:  # the kid is the key's thumbprint: one signer per kid
+            private = key.private_key
+            if not isinstance(private, Ed25519PrivateKey):
+                raise KeyringError("the current signing key is not an Ed25519 private key")
+            signer = self._signers[kid] = ed25519_signer(private)
+        signature = signer(signing_input)
         return (signing_input + b"." + _b64url(signature)).decode("ascii")
 
     def verify(self, token: str, *, typ: str, now: datetime | None = None) -> dict[str, Any]:
