@@ -52,3 +52,52 @@ def test_keyring_tokens_verify_and_match_cryptography() -> None:
     import base64
     expected = base64.urlsafe_b64encode(private.sign(signing_input.encode())).rstrip(b"=")
     assert token.rsplit(".", 1)[1].encode() == expected
+
+
+def _joserfc_accepts(keyring: Keyring, token: str) -> bool:
+    from joserfc import jws
+    from joserfc.errors import JoseError
+
+    entry = next(iter(keyring._entries.values()))
+    try:
+        jws.deserialize_compact(token, entry.verify_key, algorithms=["Ed25519"])
+    except (JoseError, ValueError, TypeError):
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(position=st.integers(0, 400), char=st.sampled_from("AQgw_-=.xZ09+/ "),
+       part=st.sampled_from(["header", "payload", "signature", "anywhere"]))
+def test_direct_verification_accepts_what_joserfc_accepts(position: int, char: str,
+                                                          part: str) -> None:
+    """Ed25519 tokens are verified without joserfc since issue 20: a token, altered one
+    character anywhere, is accepted only if joserfc accepts it too (the header checks of
+    Keyring.verify run first and may refuse more)."""
+    from cosigner.core.errors import PermitRefused
+
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    keyring = _KEYRING
+    token = keyring.sign({"iss": "cosigner", "jti": "p-1", "n": 1}, typ="cosigner-permit+jwt")
+    segments = token.split(".")
+    index = {"header": 0, "payload": 1, "signature": 2}.get(part)
+    if index is None:
+        at = position % (len(token) + 1)
+        altered = token[:at] + char + token[at + 1:]
+    else:
+        segment = segments[index]
+        at = position % (len(segment) + 1)
+        segments[index] = segment[:at] + char + segment[at + 1:]
+        altered = ".".join(segments)
+    try:
+        keyring.verify(altered, typ="cosigner-permit+jwt", now=now)
+        ours = True
+    except PermitRefused:
+        ours = False
+    if altered == token:
+        assert ours and _joserfc_accepts(keyring, token)
+    if ours:  # never more than joserfc accepts
+        assert _joserfc_accepts(keyring, altered)
+
+
+_KEYRING = Keyring.ephemeral(now=datetime(2030, 1, 1, tzinfo=UTC))
