@@ -198,6 +198,12 @@ class CosignerDeployment(Deployment):
             "COSIGNER_BUNDLE_DIRS": json.dumps([str(ROOT / "policies"), str(ROOT / "rego")]),
             # Permits are minted a few seconds before the redeem cell; a day is plenty.
             "COSIGNER_PERMIT_TTL_S": "86400",
+            # Throughput, not the rate limiter, is measured: limits far above any rate
+            # reachable here, still counted on every request (0 would skip counting).
+            "COSIGNER_RATE_LIMITS": json.dumps({"*": {
+                "credential_per_s": 10**7, "credential_burst": 10**7,
+                "tenant_per_s": 10**7, "tenant_burst": 10**7,
+                "decisions_per_min": 10**9, "approvals_per_min": 10**9}}),
         })
         cli = [sys.executable, "-m", "cosigner"]
         run(cli + ["migrate"], env)

@@ -24,6 +24,7 @@ from cosigner.core.settings import Settings, get_settings
 from cosigner.db.database import Database
 from cosigner.decisions.pdp import decision_log_writer
 from cosigner.http import openapi, problems
+from cosigner.http.lean import HotRoutes
 from cosigner.http.metrics_port import serve_metrics
 from cosigner.http.proxies import TrustedProxies
 from cosigner.http.ratelimit import RateLimit
@@ -134,6 +135,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(slack_routes.router)
     app.include_router(approvers_routes.router)
     web.install(app)
+    # Innermost: the hot routes answered without FastAPI's router (cosigner.http.lean),
+    # inside telemetry, rate limits and proxies like every route.
+    app.add_middleware(HotRoutes)
     app.add_middleware(RequestTelemetry, access=settings.access_log)
     # Rate limits before routing: a refused request must cost far less than a decision.
     app.add_middleware(RateLimit)

@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 import rfc8785
 
+from cosigner.core import fastjson
 from cosigner.core import pointer as json_pointer
 from cosigner.core.errors import InvalidJSON
 
@@ -112,7 +113,12 @@ def _int(literal: str) -> int:
 def parse_json(body: bytes | str) -> Any:
     """Strictly parse a request body into plain Python JSON values.
 
-    One pass of stdlib ``json.loads`` with ``object_pairs_hook``, ``parse_constant``,
+    ``bytes`` go through orjson first (:func:`cosigner.core.fastjson.loads`), taken only
+    when one walk over the values proves the stdlib parser below would return the same;
+    otherwise (and for ``str``) the stdlib parser decides: what is accepted, the value and
+    every error are the stdlib parser's.
+
+    The stdlib parser: one pass of ``json.loads`` with ``object_pairs_hook``, ``parse_constant``,
     ``parse_int`` and ``parse_float`` hooks; the result is ``dict``/``list``/``str``/``int``/
     ``float``/``bool``/``None`` with types exactly as sent (``100000.0`` stays a float, ``true``
     stays a bool), so the policy sees the JSON that was hashed (cases K25, K07).
@@ -136,6 +142,16 @@ def parse_json(body: bytes | str) -> Any:
             Details never contain values, only key names / JSON pointers.
         TypeError: ``body`` is neither ``bytes`` nor ``str`` (a programming error).
     """
+    if type(body) is bytes:
+        proven, value = fastjson.loads(body)
+        if proven:
+            return value
+    return _parse_stdlib(body)
+
+
+def _parse_stdlib(body: bytes | str) -> Any:
+    """:func:`parse_json` with the stdlib parser only (the reference the fast path is
+    proven and tested against)."""
     if isinstance(body, bytes | bytearray):
         try:
             text = body.decode("utf-8")
@@ -265,8 +281,9 @@ def canonicalize(value: Any) -> bytes:
     strings are raw UTF-8 with minimal escaping; no whitespace.
 
     Values holding a float or a non-BMP object key go through the ``rfc8785`` package. All
-    others (the common case: strings, safe integers, booleans, null) use the stdlib's C
-    encoder, whose output is then byte-identical to RFC 8785: integers print the same,
+    others (the common case: strings, safe integers, booleans, null) use orjson with sorted
+    keys (:func:`cosigner.core.fastjson.dumps_sorted`), or beyond its nesting limit the
+    stdlib's C encoder; either output is then byte-identical to RFC 8785: integers print the same,
     string escaping is the same minimal set (``\\b \\f \\n \\r \\t \\" \\\\``
     and ``\\u00xx`` lowercase for other controls), and for BMP-only keys code point order is
     UTF-16 order. A hypothesis test in tests/test_canonical.py proves both paths agree.
@@ -276,6 +293,9 @@ def canonicalize(value: Any) -> bytes:
             ``InvalidJSON`` too, so callers only ever see the domain error.
     """
     if _checked(value):
+        fast = fastjson.dumps_sorted(value)
+        if fast is not None:
+            return fast
         try:
             return _FAST_ENCODE(value).encode("utf-8")
         except RecursionError:

@@ -26,18 +26,36 @@ class FrozenClock:
         self.at = self.at + timedelta(**delta)
 
 
-def isoformat(at: datetime) -> str:
-    """RFC 3339 UTC with microseconds and a ``Z`` suffix."""
-    utc = at if at.tzinfo is UTC else at.astimezone(UTC)
-    # Same text as strftime("%Y-%m-%dT%H:%M:%S.%fZ") (years 1000-9999), at a third of the cost.
-    return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-
-
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SECOND = timedelta(seconds=1)
+#: The last UTC second formatted: ((year, month, day, hour, minute, second), its
+#: ``YYYY-MM-DDTHH:MM:SS`` text, its NumericDate). Requests within one second share it.
+_last_second: tuple[tuple[int, ...], str, int] = ((), "", 0)
+
+
+def _second_of(utc: datetime) -> tuple[str, int]:
+    """``(YYYY-MM-DDTHH:MM:SS, NumericDate)`` of an aware UTC datetime, cached per second."""
+    global _last_second
+    key = (utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second)
+    cached = _last_second
+    if cached[0] != key:
+        whole = utc.replace(microsecond=0)
+        cached = _last_second = (key, whole.replace(tzinfo=None).isoformat(),
+                                 (whole - _EPOCH) // _SECOND)
+    return cached[1], cached[2]
+
+
+def isoformat(at: datetime) -> str:
+    """RFC 3339 UTC with microseconds and a ``Z`` suffix (``strftime("%Y-%m-%dT%H:%M:%S.%fZ")``,
+    years 1000-9999); the text up to the second is formatted once per second."""
+    utc = at if at.tzinfo is UTC else at.astimezone(UTC)
+    return f"{_second_of(utc)[0]}.{utc.microsecond:06d}Z"
 
 
 def numeric_date(moment: datetime) -> int:
     """Whole seconds since the epoch, floored (RFC 7519 NumericDate). ``moment`` must be aware."""
+    if moment.tzinfo is UTC:
+        return _second_of(moment)[1]
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("datetime must be timezone-aware")
-    return (moment - _EPOCH) // timedelta(seconds=1)
+    return (moment - _EPOCH) // _SECOND

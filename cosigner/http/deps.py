@@ -38,21 +38,35 @@ async def authenticate(request: Request) -> Caller:
         Unauthenticated: no or invalid credential (401).
         RateLimited: a limit of the credential or tenant is used up (429).
     """
-    header = request.headers.get("authorization", "")
+    return await authenticate_header(
+        context(request), request.headers.get("authorization", ""),
+        getattr(request.state, CALLER_STATE, None),
+        decision=request.method == "POST" and request.url.path == "/v1/decisions")
+
+
+async def authenticate_header(ctx: AppContext, header: str, admitted: Caller | None, *,
+                              decision: bool) -> Caller:
+    """:func:`authenticate` on its parts (the lean hot routes, :mod:`cosigner.http.lean`,
+    call it without a Starlette ``Request``): the ``Authorization`` header's value, the
+    caller the rate-limit door already admitted and counted (or ``None``), and whether the
+    request is a decision (counted against the tenant's decision quota).
+
+    Raises:
+        Unauthenticated: no or invalid credential (401).
+        RateLimited: a limit of the credential or tenant is used up (429).
+    """
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthenticated("an API key is required (Authorization: Bearer ...)")
-    admitted: Caller | None = getattr(request.state, CALLER_STATE, None)
     if admitted is not None:  # authenticated and counted at the door (http.ratelimit)
         logs.tenant.set(admitted.tenant)
         return admitted
-    ctx = context(request)
     with tracing.span("authenticate") as current:
         caller: Caller = await ctx.authenticator.authenticate(key.strip())
         tracing.set_attributes(current, {"cosigner.tenant": caller.tenant})
     logs.tenant.set(caller.tenant)
     await ctx.quotas.admit(caller)
-    if request.method == "POST" and request.url.path == "/v1/decisions":
+    if decision:
         await ctx.quotas.count_decision(caller)
     return caller
 

@@ -198,11 +198,20 @@ class KeyAuthenticator:
     poll; an entry read before a bump is never stored after it. Without fresh
     observations (no poll loop, or the database unreachable) every check goes to the
     database.
+
+    A key verified in full (regex, SHA-256, constant-time compare) is also remembered by
+    its whole text next to its entry (``_verified``), so the next request with the same
+    key costs one dict lookup and no allocation. That map holds presented keys for at most
+    the entry's lifetime, is emptied with the cache (generation bump, :meth:`forget`) and
+    is consulted only while the entry it points to is still the cached one and fresh.
+    Lookups in it are by keyed string hash (SipHash), so its timing says nothing about
+    how much of a guess matches.
     """
 
     def __init__(self, db: Database) -> None:
         self._db = db
         self._cache: dict[str, _CacheEntry] = {}
+        self._verified: dict[str, tuple[str, _CacheEntry]] = {}  # key → (id, its entry)
         self._generation: int | None = None
         self._fresh_until = 0.0  # time.monotonic() after which the cache is not trusted
 
@@ -211,15 +220,23 @@ class KeyAuthenticator:
         the cache. The cache answers for ``fresh_for_s`` after this call."""
         if generation != self._generation:
             self._cache = {}
+            self._verified = {}
             self._generation = generation
         self._fresh_until = time.monotonic() + fresh_for_s
 
     def cached(self, key: str) -> Caller | None:
         """The caller of ``key`` when the fresh cache knows it as valid, else ``None``
         (never touches the database; the rate-limit door uses it)."""
-        match = _KEY_RE.match(key)
         now = time.monotonic()
-        if match is None or now >= self._fresh_until:
+        if now >= self._fresh_until:
+            return None
+        known = self._verified.get(key)
+        if known is not None:
+            key_id, entry = known
+            if entry.expires > now and self._cache.get(key_id) is entry:
+                return entry.caller
+        match = _KEY_RE.match(key)
+        if match is None:
             return None
         key_id, secret = match.groups()
         entry = self._cache.get(key_id)
@@ -227,7 +244,14 @@ class KeyAuthenticator:
             return None
         if not hmac.compare_digest(entry.secret_hash, hash_secret(secret)):
             return None
+        self._remember(key, key_id, entry)
         return entry.caller
+
+    def _remember(self, key: str, key_id: str, entry: _CacheEntry) -> None:
+        verified = self._verified
+        if len(verified) > 10_000:
+            verified.clear()
+        verified[key] = (key_id, entry)
 
     async def authenticate(self, key: str) -> Caller:
         """Return the :class:`Caller` of an API key.
@@ -249,6 +273,8 @@ class KeyAuthenticator:
         if entry.caller is None or not matches:
             raise Unauthenticated("API key revoked or principal disabled" if matches
                                   else "invalid API key")
+        if self._cache.get(key_id) is entry and now < self._fresh_until:
+            self._remember(key, key_id, entry)
         return entry.caller
 
     async def _lookup(self, key_id: str, now: float) -> _CacheEntry:
@@ -280,6 +306,7 @@ class KeyAuthenticator:
     def forget(self) -> None:
         """Drop cached keys (after a principal is disabled in this process)."""
         self._cache = {}
+        self._verified = {}
 
 
 @dataclass(frozen=True, slots=True)

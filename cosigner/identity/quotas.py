@@ -1,9 +1,10 @@
 """Rate limits and quotas per credential and per tenant (settings ``rate_limits``).
 
-Counted with the ``limits`` package (sliding-window counters, O(1) memory per key) in
-this process's memory: limits are **per replica**; N replicas behind a balancer admit up to
-N times the configured rates. Checked after authentication, so an unauthenticated flood
-costs one key lookup and counts nowhere.
+Counted with sliding-window counters (the ``limits`` package's algorithm, computed in
+:mod:`cosigner.identity.windows`; O(1) memory per key) in this process's memory: limits
+are **per replica**; N replicas behind a balancer admit up to N times the configured rates.
+Checked after authentication, so an unauthenticated flood costs one key lookup and counts
+nowhere.
 
 * every API request: the credential's (principal's) and the tenant's sustained rate
   (``*_per_s`` over 10 s) and burst (``*_burst`` in 1 s);
@@ -26,16 +27,13 @@ import math
 import time
 from dataclasses import dataclass
 
-from limits import RateLimitItem, RateLimitItemPerMinute, RateLimitItemPerSecond
-from limits.aio.storage import MemoryStorage
-from limits.aio.strategies import SlidingWindowCounterRateLimiter
-
 from cosigner.audit.chain import Event, append
 from cosigner.core.clock import Clock, isoformat
 from cosigner.core.errors import CosignerError, RateLimited
 from cosigner.core.settings import RateLimits, Settings
 from cosigner.db.database import Database
 from cosigner.identity.principals import Caller
+from cosigner.identity.windows import Windows
 
 log = logging.getLogger("cosigner.quotas")
 
@@ -57,7 +55,7 @@ class Quotas:
 
     def __init__(self, settings: Settings, db: Database, clock: Clock) -> None:
         self._settings, self._db, self._clock = settings, db, clock
-        self._limiter = SlidingWindowCounterRateLimiter(MemoryStorage())
+        self._windows = Windows()
         self._window_s = settings.rate_limit_log_window_s
         self._tallies: dict[tuple[str, str, str], _Tally] = {}
 
@@ -71,39 +69,38 @@ class Quotas:
     async def admit(self, caller: Caller) -> None:
         """Count one API request of ``caller``. Raises :class:`RateLimited`."""
         lim = self.limits_for(caller.tenant)
-        checks: list[tuple[str, int, RateLimitItem | None, str]] = [
-            ("credential_burst", lim.credential_burst, _per_s(lim.credential_burst, 1),
-             "c:" + caller.principal_id),
-            ("credential_per_s", lim.credential_per_s,
-             _per_s(lim.credential_per_s * SUSTAINED_WINDOW_S, SUSTAINED_WINDOW_S),
-             "c:" + caller.principal_id),
-            ("tenant_burst", lim.tenant_burst, _per_s(lim.tenant_burst, 1), "t:"),
-            ("tenant_per_s", lim.tenant_per_s,
-             _per_s(lim.tenant_per_s * SUSTAINED_WINDOW_S, SUSTAINED_WINDOW_S), "t:"),
-        ]
-        for name, _, item, key in checks:
-            if item is not None:
-                await self._hit(caller, name, item, caller.tenant + "\x00" + key)
+        credential = caller.tenant + "\x00c:" + caller.principal_id
+        tenant = caller.tenant + "\x00t:"
+        if lim.credential_burst:
+            await self._hit(caller, "credential_burst", lim.credential_burst, 1, credential)
+        if lim.credential_per_s:
+            await self._hit(caller, "credential_per_s", lim.credential_per_s * SUSTAINED_WINDOW_S,
+                            SUSTAINED_WINDOW_S, credential)
+        if lim.tenant_burst:
+            await self._hit(caller, "tenant_burst", lim.tenant_burst, 1, tenant)
+        if lim.tenant_per_s:
+            await self._hit(caller, "tenant_per_s", lim.tenant_per_s * SUSTAINED_WINDOW_S,
+                            SUSTAINED_WINDOW_S, tenant)
 
     async def count_decision(self, caller: Caller) -> None:
         """Count one decision against the tenant's per-minute quota."""
         n = self.limits_for(caller.tenant).decisions_per_min
         if n:
-            await self._hit(caller, "decisions_per_min", RateLimitItemPerMinute(n),
-                            caller.tenant + "\x00d")
+            await self._hit(caller, "decisions_per_min", n, 60, caller.tenant + "\x00d")
 
     async def count_approval(self, caller: Caller) -> None:
         """Count one approval request asked for against the tenant's per-minute quota."""
         n = self.limits_for(caller.tenant).approvals_per_min
         if n:
-            await self._hit(caller, "approvals_per_min", RateLimitItemPerMinute(n),
-                            caller.tenant + "\x00a")
+            await self._hit(caller, "approvals_per_min", n, 60, caller.tenant + "\x00a")
 
-    async def _hit(self, caller: Caller, name: str, item: RateLimitItem, key: str) -> None:
-        if await self._limiter.hit(item, key):
+    async def _hit(self, caller: Caller, name: str, limit: int, expiry_s: int,
+                   key: str) -> None:
+        """Count one hit of ``key`` against ``limit`` per ``expiry_s``; past it, record the
+        refusal and raise :class:`RateLimited` with ``retry_after`` (whole seconds, ≥ 1)."""
+        if self._windows.hit(key, limit, expiry_s):
             return
-        stats = await self._limiter.get_window_stats(item, key)
-        retry_after = max(1, math.ceil(stats.reset_time - time.time()))
+        retry_after = max(1, math.ceil(self._windows.reset_in(key, limit, expiry_s)))
         await self._record(caller, name)
         raise RateLimited(f"{name.replace('_', ' ')} limit of the "
                           f"{'credential' if name.startswith('credential') else 'tenant'} "
@@ -157,6 +154,3 @@ class Quotas:
         except CosignerError as exc:  # the 429 itself is what the caller gets
             log.error("could not record rate-limit refusals of %s: %s", tenant, exc.detail)
 
-
-def _per_s(amount: int, seconds: int) -> RateLimitItem | None:
-    return RateLimitItemPerSecond(amount, seconds) if amount > 0 else None

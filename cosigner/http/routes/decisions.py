@@ -1,14 +1,25 @@
-"""Routes for the decision gate."""
+"""Routes for the decision gate.
+
+``POST /v1/decisions`` is served by the lean ASGI path (:mod:`cosigner.http.lean`); the
+FastAPI route below documents it in OpenAPI and serves it only where the lean path steps
+aside (a ``root_path`` mount). Both run :func:`decide_body`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
 
+from cosigner.context import AppContext
+from cosigner.core.canonical import parse_json
 from cosigner.core.errors import InvalidRequest
 from cosigner.decisions import pdp as decisions
-from cosigner.http.body import openapi_body, strict_body
+from cosigner.http.body import openapi_body, read_body, validate
 from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context, json_response
 from cosigner.http.models.decisions import DecisionRequestV1, DecisionV1
+from cosigner.identity.principals import Caller
 
 router = APIRouter(prefix="/v1", tags=["decisions"])
 
@@ -24,11 +35,26 @@ async def post_decision(request: Request, caller: CallerDep) -> Response:
     429 ``rate_limited`` (a limit or quota is used up; ``Retry-After``); 503 the decision
     could not be recorded or ``overloaded`` (``Retry-After``; treat as deny).
     """
-    caller.require("runtime")
     ctx = context(request)
+    return json_response(await decide_body(
+        ctx, caller, lambda: read_body(request, ctx.settings.max_body_bytes)))
+
+
+async def decide_body(ctx: AppContext, caller: Caller,
+                      read: Callable[[], Awaitable[bytes]]) -> dict[str, Any]:
+    """The decision of an authenticated caller's request body (``read()`` returns the raw
+    bytes, raising PayloadTooLarge past the limit): the documented ``DecisionV1`` object.
+
+    Raises:
+        Forbidden: the caller lacks the runtime role (403).
+        InvalidRequest: body too large (413), not strict JSON (400/422), not the schema
+            (422) — each recorded as a refusal in the decision log first.
+        CosignerError: as :func:`cosigner.decisions.pdp.decide`.
+    """
+    caller.require("runtime")
     try:
-        model, data = await strict_body(request, DecisionRequestV1,
-                                        ctx.settings.max_body_bytes)
+        data = parse_json(await read())
+        model = validate(DecisionRequestV1, data)
     except InvalidRequest as exc:
         await decisions.record_refusal(ctx, caller, code=exc.code, detail=exc.detail)
         raise
@@ -37,7 +63,7 @@ async def post_decision(request: Request, caller: CallerDep) -> Response:
         initiator=data["initiator"], tool=data["tool"], args=data["args"],
         context=data.get("context", {}), raw=data, mode=model.mode)
     try:
-        return json_response(await decisions.decide(ctx, caller, req))
+        return await decisions.decide(ctx, caller, req)
     except InvalidRequest as exc:
         await decisions.record_refusal(ctx, caller, code=exc.code, detail=exc.detail,
                                        request_id=req.request_id, tool=req.tool["name"],

@@ -1,13 +1,17 @@
 """Routes for redeeming and revoking permits. Checks live in :mod:`cosigner.permits.redeem`
-and :mod:`cosigner.permits.ledger`."""
+and :mod:`cosigner.permits.ledger`. ``POST /v1/permits/redeem`` is served by the lean ASGI
+path (:mod:`cosigner.http.lean`); its FastAPI route documents it and is the fallback."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Path, Request, Response
 
-from cosigner.http.body import openapi_body, strict_body
+from cosigner.context import AppContext
+from cosigner.core.canonical import parse_json
+from cosigner.http.body import openapi_body, read_body, validate
 from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context, json_response
 from cosigner.http.models.approvals import (
     ID_PATTERN,
@@ -15,6 +19,7 @@ from cosigner.http.models.approvals import (
     RedeemRequestV1,
     RedemptionV1,
 )
+from cosigner.identity.principals import Caller
 from cosigner.permits import ledger as permit_ledger
 from cosigner.permits import redeem as permit_redeem
 
@@ -33,10 +38,26 @@ async def post_redeem(request: Request, caller: CallerDep) -> Response:
     422 unhashable args or unknown fields.
     """
     ctx = context(request)
+    return json_response(await redeem_body(
+        ctx, caller, lambda: read_body(request, ctx.settings.max_body_bytes)))
+
+
+async def redeem_body(ctx: AppContext, caller: Caller,
+                      read: Callable[[], Awaitable[bytes]]) -> dict[str, Any]:
+    """The redemption of an authenticated caller's request body (``read()`` returns the
+    raw bytes): the documented ``RedemptionV1`` object. Shared by the FastAPI route and
+    the lean path (:mod:`cosigner.http.lean`).
+
+    Raises:
+        Forbidden: the caller lacks the runtime role (403).
+        InvalidRequest: body too large (413), not strict JSON (400/422), not the schema.
+        PermitRefused: as :func:`cosigner.permits.redeem.redeem`.
+    """
     caller.require("runtime")
-    _, data = await strict_body(request, RedeemRequestV1, ctx.settings.max_body_bytes)
-    return json_response(await permit_redeem.redeem(
-        ctx, caller, token=data["permit"], tool=data["tool"], args=data["args"]))
+    data = parse_json(await read())
+    validate(RedeemRequestV1, data)
+    return await permit_redeem.redeem(
+        ctx, caller, token=data["permit"], tool=data["tool"], args=data["args"])
 
 
 @router.post("/permits/{jti}/revoke", response_model=PermitRevocationV1,

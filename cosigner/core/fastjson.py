@@ -1,0 +1,117 @@
+"""orjson fast paths of :mod:`cosigner.core.canonical`, taken only where provably identical.
+
+:func:`loads` is the strict parser's fast path: orjson parses, then one walk over the
+values proves that today's stdlib parser (``canonical._parse_stdlib``) would have
+returned the same value; when the proof fails, the caller falls back to that parser,
+which then decides (and words the error). So accept/reject and the error code are the
+stdlib parser's by construction. What orjson alone would let through, and how each is
+ruled out:
+
+* **Duplicate keys** (orjson keeps the last one). Proof by counting: the body's ``:``
+  bytes are the key/value pairs written plus the colons inside strings. Without any
+  ``\\u`` escape in the body (else: fall back), every colon of a parsed string is a colon
+  written inside a string, so ``body.count(b":") == pairs parsed + colons in parsed
+  strings`` holds exactly when no pair was dropped, i.e. no key repeats.
+* **Unsafe integers**: an integer outside ±(2**53 − 1) parses as a Python int (below
+  2**64) or, beyond, as a *float*; so any int outside the range and any float of
+  magnitude ≥ 2**53 falls back.
+* **Non-finite numbers**: orjson refuses ``NaN``/``Infinity`` and literals overflowing to
+  infinity (fall back); the walk checks finiteness anyway.
+* **Invalid UTF-8, lone surrogates, a BOM**: orjson refuses them (fall back: the stdlib
+  parser decides).
+* **Deep nesting**: the stdlib parser refuses what nests deeper than the interpreter's
+  recursion limit allows *where it is called*; a body with more than
+  :data:`MAX_BRACKETS` ``[``/``{`` bytes falls back, so the fast path never meets it.
+
+:func:`dumps_sorted` is RFC 8785 for values :func:`canonical._check` found "simple"
+(strings, safe integers, booleans, null, lists and objects with BMP-only keys): orjson
+prints integers as RFC 8785 does, escapes exactly ``\\b \\t \\n \\f \\r \\" \\\\`` and
+other controls as lowercase ``\\u00xx`` (as ECMAScript ``JSON.stringify``), writes every
+other character as raw UTF-8, and sorts keys by code point, which for BMP-only keys is
+UTF-16 code-unit order. tests/core/test_fastjson.py checks both byte for byte against the
+``rfc8785`` package and today's parser with hypothesis.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+
+_MAX_SAFE = 2**53 - 1
+_LIMIT = 2.0**53
+_SORTED = orjson.OPT_SORT_KEYS
+#: Bodies with more ``[`` and ``{`` bytes than this are parsed by the stdlib parser.
+MAX_BRACKETS = 200
+
+
+class _Unproven(Exception):
+    """The walk cannot prove equality with the stdlib parser: fall back."""
+
+
+def _walk(value: Any) -> int:
+    """Key/value pairs in ``value``; raises :class:`_Unproven` on an unsafe number."""
+    t = type(value)
+    if t is dict:
+        pairs = len(value)
+        for item in value.values():
+            if type(item) in (dict, list, int, float):
+                pairs += _walk(item)
+        return pairs
+    if t is list:
+        pairs = 0
+        for item in value:
+            if type(item) in (dict, list, int, float):
+                pairs += _walk(item)
+        return pairs
+    if t is int:
+        if -_MAX_SAFE <= value <= _MAX_SAFE:
+            return 0
+        raise _Unproven
+    if t is float and math.isfinite(value) and -_LIMIT < value < _LIMIT:
+        return 0
+    raise _Unproven
+
+
+def _colons(value: Any) -> int:
+    """Colons in every string and key of ``value``."""
+    t = type(value)
+    if t is str:
+        return value.count(":")
+    if t is dict:
+        return sum(k.count(":") + _colons(v) for k, v in value.items())
+    if t is list:
+        return sum(_colons(v) for v in value)
+    return 0
+
+
+def loads(body: bytes) -> tuple[bool, Any]:
+    """``(True, value)`` when the stdlib strict parser would return ``value`` for ``body``
+    too; ``(False, None)`` when that is not proven (the caller parses with it)."""
+    if b"\\u" in body or body.count(b"{") + body.count(b"[") > MAX_BRACKETS:
+        return False, None
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False, None
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return True, value
+    try:
+        pairs = _walk(value)
+    except (_Unproven, RecursionError):
+        return False, None
+    colons = body.count(b":")
+    if colons == pairs or colons == pairs + _colons(value):
+        return True, value
+    return False, None
+
+
+def dumps_sorted(value: Any) -> bytes | None:
+    """RFC 8785 bytes of a value :func:`cosigner.core.canonical._check` found simple, or
+    ``None`` when orjson cannot encode it (nesting beyond its limit)."""
+    try:
+        return orjson.dumps(value, option=_SORTED)
+    except orjson.JSONEncodeError:
+        return None

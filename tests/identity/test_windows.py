@@ -1,0 +1,57 @@
+"""cosigner.identity.windows computes the ``limits`` package's sliding window counter
+exactly: random hit sequences on a shared fake clock get the same admit/refuse answers
+and reset times from both (issue 20)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from limits import RateLimitItemPerSecond
+from limits.aio.storage import MemoryStorage
+from limits.aio.strategies import SlidingWindowCounterRateLimiter
+
+from cosigner.identity.windows import Windows
+
+STEPS = st.lists(st.tuples(st.one_of(st.floats(0, 2.5), st.floats(0, 10)),
+                           st.sampled_from(["a", "b"])), min_size=1, max_size=120)
+
+
+@settings(max_examples=300, deadline=None)
+@example(limit=2, expiry=1, start=1_700_000_000.0,  # a gap of two windows forgets all
+         steps=[(0.4, "a"), (0.4, "a"), (8.2, "a"), (0.04, "a"), (0.04, "a")])
+@example(limit=3, expiry=10, start=1_700_000_000.0,  # the previous window's weight
+         steps=[(3.0, "a"), (0.1, "a"), (0.1, "a"), (1.0, "a"), (0.1, "a"), (0.1, "a")])
+@given(limit=st.integers(1, 12), expiry=st.sampled_from([1, 2, 10, 60]), steps=STEPS,
+       start=st.floats(1_700_000_000, 1_800_000_000))
+def test_same_answers_as_limits(limit: int, expiry: int, steps: list[tuple[float, str]],
+                                start: float) -> None:
+    clock = [start]
+    ours = Windows(now=lambda: clock[0])
+    import limits.aio.storage.memory as memory
+    import limits.aio.strategies as strategies
+
+    real_time = memory.time.time
+    memory.time.time = lambda: clock[0]  # type: ignore[assignment]
+    strategies_time = strategies.time.time
+    strategies.time.time = lambda: clock[0]  # type: ignore[assignment]
+    try:
+        theirs = SlidingWindowCounterRateLimiter(MemoryStorage())
+        item = RateLimitItemPerSecond(limit, expiry)
+
+        async def run() -> None:
+            for delta, key in steps:
+                clock[0] += delta * expiry / 4
+                expected = await theirs.hit(item, key)
+                assert ours.hit(key, limit, expiry) == expected, (clock[0], key)
+                if not expected:
+                    stats = await theirs.get_window_stats(item, key)
+                    assert math.isclose(ours.reset_in(key, limit, expiry),
+                                        stats.reset_time - clock[0], abs_tol=1e-6)
+
+        asyncio.run(run())
+    finally:
+        memory.time.time = real_time  # type: ignore[assignment]
+        strategies.time.time = strategies_time  # type: ignore[assignment]

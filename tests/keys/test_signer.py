@@ -1,0 +1,103 @@
+"""Permit signatures from libsodium (PyNaCl) are byte-identical to cryptography's Ed25519
+(issue 20): the keyring may use either, the token is the same."""
+
+from __future__ import annotations
+
+import builtins
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cosigner.keys.keyring import Keyring
+from cosigner.keys.material import ed25519_signer
+
+pytest.importorskip("nacl")
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.binary(min_size=32, max_size=32), message=st.binary(max_size=2048))
+def test_libsodium_signature_is_cryptography_s(seed: bytes, message: bytes) -> None:
+    private = Ed25519PrivateKey.from_private_bytes(seed)
+    signer = ed25519_signer(private)
+    assert signer is not private.sign  # PyNaCl is installed: libsodium signs
+    assert signer(message) == private.sign(message)
+    private.public_key().verify(signer(message), message)
+
+
+def test_without_pynacl_cryptography_signs(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def no_nacl(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("nacl"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_nacl)
+    private = Ed25519PrivateKey.generate()
+    assert ed25519_signer(private) == private.sign
+
+
+def test_keyring_tokens_verify_and_match_cryptography() -> None:
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    keyring = Keyring.ephemeral(now=now)
+    claims = {"iss": "cosigner", "n": 1, "text": "é"}
+    token = keyring.sign(claims, typ="cosigner-permit+jwt")
+    assert keyring.verify(token, typ="cosigner-permit+jwt", now=now)["n"] == 1
+    signing_input, _, _ = token.rpartition(".")
+    private = keyring._signing_key.private_key
+    import base64
+    expected = base64.urlsafe_b64encode(private.sign(signing_input.encode())).rstrip(b"=")
+    assert token.rsplit(".", 1)[1].encode() == expected
+
+
+def _joserfc_accepts(keyring: Keyring, token: str) -> bool:
+    from joserfc import jws
+    from joserfc.errors import JoseError
+
+    entry = next(iter(keyring._entries.values()))
+    try:
+        jws.deserialize_compact(token, entry.verify_key, algorithms=["Ed25519"])
+    except (JoseError, ValueError, TypeError):
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(position=st.integers(0, 400), char=st.sampled_from("AQgw_-=.xZ09+/ "),
+       part=st.sampled_from(["header", "payload", "signature", "anywhere"]))
+def test_direct_verification_accepts_what_joserfc_accepts(position: int, char: str,
+                                                          part: str) -> None:
+    """Ed25519 tokens are verified without joserfc since issue 20: a token, altered one
+    character anywhere, is accepted only if joserfc accepts it too (the header checks of
+    Keyring.verify run first and may refuse more)."""
+    from cosigner.core.errors import PermitRefused
+
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    keyring = _KEYRING
+    token = keyring.sign({"iss": "cosigner", "jti": "p-1", "n": 1}, typ="cosigner-permit+jwt")
+    segments = token.split(".")
+    index = {"header": 0, "payload": 1, "signature": 2}.get(part)
+    if index is None:
+        at = position % (len(token) + 1)
+        altered = token[:at] + char + token[at + 1:]
+    else:
+        segment = segments[index]
+        at = position % (len(segment) + 1)
+        segments[index] = segment[:at] + char + segment[at + 1:]
+        altered = ".".join(segments)
+    try:
+        keyring.verify(altered, typ="cosigner-permit+jwt", now=now)
+        ours = True
+    except PermitRefused:
+        ours = False
+    if altered == token:
+        assert ours and _joserfc_accepts(keyring, token)
+    if ours:  # never more than joserfc accepts
+        assert _joserfc_accepts(keyring, altered)
+
+
+_KEYRING = Keyring.ephemeral(now=datetime(2030, 1, 1, tzinfo=UTC))
