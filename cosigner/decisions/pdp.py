@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +29,7 @@ from cosigner.core.canonical import args_hash as compute_args_hash
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import CosignerError, IdempotencyConflict, InvalidRequest
+from cosigner.core.ids import new_id
 from cosigner.core.load import Shedding
 from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
@@ -182,7 +182,7 @@ async def decide(deps: AppContext, caller: Caller, req: DecisionRequest) -> dict
 async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
                   read_contract: bool, locked: bool, started: float) -> dict[str, Any]:
     tenant = caller.tenant
-    decision_id = str(uuid.uuid4())
+    decision_id = new_id()
     logs.decision_id.set(decision_id)  # every log line of this decision names it
     a_hash = compute_args_hash(req.args)
     # No idempotency pre-read: the unique (tenant, request_id) key catches a retry when
