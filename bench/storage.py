@@ -49,8 +49,9 @@ def body(tag: str, i: int) -> dict[str, Any]:
 
 
 async def seed(url: str, tenant: str, n: int, *, chunk: int, key_dir: Path,
-               quiet: bool = False) -> float:
-    """``n`` allow decisions for ``tenant`` through decide(); returns the seconds taken."""
+               quiet: bool = False) -> tuple[float, float]:
+    """``n`` allow decisions for ``tenant`` through decide(); returns the seconds taken
+    (wall, and this process's CPU)."""
     from cosigner.app import create_app
     from cosigner.core.settings import Settings
     from cosigner.decisions.pdp import DecisionRequest, decide
@@ -65,8 +66,8 @@ async def seed(url: str, tenant: str, n: int, *, chunk: int, key_dir: Path,
     caller = Caller(tenant=tenant, principal_id=principal, subject="bench-runtime",
                     roles=frozenset({"runtime"}), kind="key")
     tag = f"seed{os.getpid()}x{int(time.time())}"
-    started = time.perf_counter()
     async with app.router.lifespan_context(app):
+        started, cpu = time.perf_counter(), time.process_time()
         ctx = app.state.context
         done = 0
         while done < n:
@@ -85,7 +86,7 @@ async def seed(url: str, tenant: str, n: int, *, chunk: int, key_dir: Path,
                 took = time.perf_counter() - started
                 print(f"  seeded {done:>9,} in {took:6.0f} s ({done / took:,.0f}/s)",
                       flush=True)
-    return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
 
 
 def _principal(url: str, tenant: str) -> str:
@@ -122,7 +123,7 @@ def print_report(rep: dict[str, Any]) -> None:
     n = max(1, rep["allow_decisions"])
     print(f"allow decisions: {rep['allow_decisions']:,}; file {rep['file_bytes']:,} B "
           f"= {rep['file_bytes'] / n:,.0f} B per allow decision (after a WAL checkpoint)")
-    print(f"| object | kind | table | bytes per decision | payload per decision |")
+    print("| object | kind | table | bytes per decision | payload per decision |")
     print("|---|---|---|---:|---:|")
     tables: dict[str, float] = {}
     indexes = 0.0
@@ -158,10 +159,12 @@ def main() -> None:
             from cosigner.db.migrate import upgrade
 
             asyncio.run(upgrade(url))
-            took = asyncio.run(seed(url, args.tenant, args.decisions, chunk=args.chunk,
-                                    key_dir=args.key_dir or Path(tmp) / "keys"))
+            took, cpu = asyncio.run(seed(url, args.tenant, args.decisions,
+                                         chunk=args.chunk,
+                                         key_dir=args.key_dir or Path(tmp) / "keys"))
             print(f"seeded {args.decisions:,} decisions in {took:.0f} s "
-                  f"({args.decisions / took:,.0f}/s)")
+                  f"({args.decisions / took:,.0f}/s), "
+                  f"{cpu / args.decisions * 1e6:,.0f} µs CPU per decision (in process)")
         print_report(report(path))
 
 
