@@ -5,7 +5,8 @@
 all), in process, ``--chunk`` concurrent decisions at a time so the committer writes
 large batches. Each request is the call ``bench/lua/decide.lua`` sends (issue_refund
 5000, one run per 1,000 calls), by the principal that ``cosigner principals add-key``
-made for the tenant, or a seed principal. ``report``: a WAL checkpoint (TRUNCATE), then
+made for the tenant, or a seed principal; order, amount (≤ 100000, so ``allow``) and
+customer differ from call to call. ``report``: a WAL checkpoint (TRUNCATE), then
 the bytes of every table and index from SQLite's ``dbstat`` (pages × page size, and the
 payload bytes), divided by the number of allow decisions::
 
@@ -15,6 +16,8 @@ payload bytes), divided by the number of allow decisions::
 
 The bench system ``allow-py-1m`` (bench/systems.py) seeds its database with this
 module before its cells (``BENCH_SEED_DECISIONS``, default 1,000,000).
+The compression dictionary (:mod:`cosigner.db.zdict_v1`) was made from the bench's own
+call, so these varied calls are what its figures should be read from.
 """
 
 from __future__ import annotations
@@ -37,14 +40,16 @@ RUN_LENGTH = 1000
 
 
 def body(tag: str, i: int) -> dict[str, Any]:
-    """The DecisionRequest v1 that decide.lua sends (allow mode)."""
+    """The DecisionRequest v1 that decide.lua sends (allow mode), with an order id,
+    amount and customer of its own (so no two calls share an args hash: compression is
+    not flattered by repeated values)."""
     return {"request_id": f"req-{tag}-{i}", "run": {"id": f"run-{tag}-{i // RUN_LENGTH}",
                                                     "step": i % RUN_LENGTH + 1},
-            "principal": {"id": "customer-42", "type": "customer"},
+            "principal": {"id": f"customer-{i * 7919 % 1_000_003}", "type": "customer"},
             "initiator": {"id": "agent-support", "type": "agent"},
             "tool": {"name": "issue_refund", "side_effect": "financial"},
-            "args": {"order_id": "ord_8472", "amount_minor": 5000, "currency": "USD",
-                     "reason_code": "duplicate_charge"},
+            "args": {"order_id": f"ord_{i}", "amount_minor": 100 + i * 7919 % 99_000,
+                     "currency": "USD", "reason_code": "duplicate_charge"},
             "context": {}}
 
 
