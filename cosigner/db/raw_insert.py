@@ -32,9 +32,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.db.sqlite_inline import InlineConnection
 
-_Processor = Callable[[Any], Any] | None
-_Plan = tuple[str, tuple[tuple[str, _Processor], ...]]
-#: (id(dialect), table name, the rows' keys) → (SQL, (column name, bind processor)…)
+_Processor = Callable[[Any], Any]
+#: SQL, the rows' keys, and (position, bind processor) of the columns that have one.
+_Plan = tuple[str, tuple[str, ...], tuple[tuple[int, _Processor], ...]]
+#: (id(dialect), table name, the rows' keys) → plan
 _PLANS: dict[tuple[int, str, tuple[str, ...]], _Plan] = {}
 
 
@@ -43,12 +44,15 @@ def _plan(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> _Plan:
     column not named keeps its default)."""
     plan = _PLANS.get((id(dialect), table.name, keys))
     if plan is None:
-        columns = [table.columns[name] for name in keys]
+        processors = []
+        for i, name in enumerate(keys):
+            column = table.columns[name]
+            proc = column.type.dialect_impl(dialect).bind_processor(dialect)
+            if proc is not None:
+                processors.append((i, proc))
         sql = (f"INSERT INTO {table.name} ({', '.join(keys)}) "
                f"VALUES ({', '.join('?' * len(keys))})")
-        plan = _PLANS[(id(dialect), table.name, keys)] = (sql, tuple(
-            (c.name, c.type.dialect_impl(dialect).bind_processor(dialect))
-            for c in columns))
+        plan = _PLANS[(id(dialect), table.name, keys)] = (sql, keys, tuple(processors))
     return plan
 
 
@@ -65,12 +69,17 @@ async def raw_sqlite(conn: AsyncConnection) -> sqlite3.Connection | None:
 
 
 def sqlite_rows(dialect: Dialect, table: Table, rows: Sequence[dict[str, Any]]
-                ) -> tuple[str, list[tuple[Any, ...]]]:
-    """``(INSERT SQL, parameter tuples)`` for ``rows`` of ``table``, every row with the
+                ) -> tuple[str, list[list[Any]]]:
+    """``(INSERT SQL, parameter lists)`` for ``rows`` of ``table``, every row with the
     first row's keys."""
-    sql, columns = _plan(dialect, table, tuple(rows[0]))
-    return sql, [tuple(row[name] if proc is None else proc(row[name])
-                       for name, proc in columns) for row in rows]
+    sql, keys, processors = _plan(dialect, table, tuple(rows[0]))
+    out = []
+    for row in rows:
+        values = [row[name] for name in keys]
+        for i, proc in processors:
+            values[i] = proc(values[i])
+        out.append(values)
+    return sql, out
 
 
 async def insert_many(conn: AsyncConnection, table: Table,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import rejections
@@ -144,12 +144,22 @@ class AlreadyDecided(CosignerError):
 async def _decided(conn: AsyncConnection, requests: set[tuple[str, str]]
                    ) -> dict[tuple[str, str], Any]:
     """The stored ``(request_hash, response)`` of those ``(tenant, request_id)`` already
-    decided: one query on the unique key, under the batch's write lock."""
-    rows = (await conn.execute(
-        select(decisions.c.tenant, decisions.c.request_id, decisions.c.request_hash,
-               decisions.c.response).where(
-            tuple_(decisions.c.tenant, decisions.c.request_id).in_(sorted(requests))))).all()
-    return {(row.tenant, row.request_id): row for row in rows}
+    decided, under the batch's write lock: one query per tenant on the unique key
+    (``tenant = ? AND request_id IN (…)`` is a search of that index; a row-value ``IN``
+    would scan it, a cost growing with the log)."""
+    by_tenant: dict[str, list[str]] = {}
+    for tenant, request_id in requests:
+        by_tenant.setdefault(tenant, []).append(request_id)
+    found: dict[tuple[str, str], Any] = {}
+    for tenant, ids in sorted(by_tenant.items()):
+        rows = (await conn.execute(_DECIDED, {"tenant": tenant, "ids": ids})).all()
+        found.update(((tenant, row.request_id), row) for row in rows)
+    return found
+
+
+_DECIDED = select(decisions.c.request_id, decisions.c.request_hash, decisions.c.response).where(
+    decisions.c.tenant == bindparam("tenant"),
+    decisions.c.request_id.in_(bindparam("ids", expanding=True)))
 
 
 async def _existing(conn: AsyncConnection, tenant: str, request_id: str) -> Any:
