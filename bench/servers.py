@@ -223,6 +223,30 @@ class CosignerDeployment(Deployment):
                 print(f"warning: {exc}", file=sys.stderr)
 
 
+class SeededCosignerDeployment(CosignerDeployment):
+    """:class:`CosignerDeployment` on SQLite whose log already holds ``decisions`` allow
+    decisions of its tenant, written through the real decide path by bench/storage.py
+    (in process, before the server starts; not measured). ``report`` keeps what
+    bench/storage.py printed: the bytes per allow decision after a WAL checkpoint."""
+
+    def __init__(self, name: str, *, tenant: str, decisions: int) -> None:
+        super().__init__(name, tenant=tenant)
+        self.decisions = decisions
+        self.report = ""
+
+    def prepare(self) -> None:
+        super().prepare()
+        path = self.workdir / "cosigner.db"
+        print(f"  seeding {self.name}: {self.decisions:,} decisions (bench/storage.py)",
+              flush=True)
+        self.report = run([sys.executable, str(ROOT / "bench" / "storage.py"),
+                           "--database", str(path), "--tenant", self.tenant,
+                           "--decisions", str(self.decisions),
+                           "--key-dir", str(self.workdir / "keys")])
+        (self.workdir / "storage.txt").write_text(self.report)
+        print(self.report, flush=True)
+
+
 def run(cmd: list[str], env: dict[str, str] | None = None) -> str:
     done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:

@@ -7,6 +7,7 @@ floor its ratio is taken against.
 
 from __future__ import annotations
 
+import os
 import tomllib
 import uuid
 from dataclasses import dataclass, field
@@ -20,12 +21,15 @@ from bench.servers import (
     Deployment,
     FloorDeployment,
     PeerDeployment,
+    SeededCosignerDeployment,
     SetupError,
     post_json,
 )
 from bench.wrkrun import run_wrk
 
 ALLOW_AMOUNT = "5000"
+#: Decisions already in the log of ``allow-py-1m`` (``BENCH_SEED_DECISIONS``).
+SEEDED = int(os.environ.get("BENCH_SEED_DECISIONS", "1000000"))
 APPROVAL_AMOUNT = "150000"
 REDEEM_PATH = "/v1/permits/redeem"
 
@@ -256,6 +260,10 @@ def all_systems() -> list[System]:
                FloorDeployment("floor"), FloorWorkload(), None),
         System("allow-py", "POST /v1/decisions allow (Python rules), SQLite, 1 process",
                CosignerDeployment("allow-py", tenant="bench"), DecideWorkload(), "floor"),
+        System("allow-py-1m", f"allow-py on a log already holding {SEEDED:,} allow "
+               "decisions (bench/storage.py, real decide path)",
+               SeededCosignerDeployment("allow-py-1m", tenant="bench", decisions=SEEDED),
+               DecideWorkload(), "floor"),
         System("allow-rego", f"POST /v1/decisions allow (Rego bundle {rego_id}), SQLite, "
                "1 process", CosignerDeployment("allow-rego", tenant=tenant or "rego-demo"),
                DecideWorkload(policy_id=rego_id or None), "floor"),
@@ -275,8 +283,9 @@ def all_systems() -> list[System]:
                                   processes=2), DecideWorkload(), "floor-2p"),
     ]
     if tenant is None:
-        systems[2].skip = ("rego/refunds/manifest.toml not found or maps no tenant"
-                           if not rego_id else "the Rego bundle maps no tenant")
+        rego = next(s for s in systems if s.name == "allow-rego")
+        rego.skip = ("rego/refunds/manifest.toml not found or maps no tenant"
+                     if not rego_id else "the Rego bundle maps no tenant")
     return systems
 
 

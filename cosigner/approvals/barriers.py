@@ -19,7 +19,6 @@ is bound to the context hash and tool ``cosigner.barrier``; the program redeems 
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from cosigner.approvals.opening import CallFacts, open_request
@@ -29,6 +28,7 @@ from cosigner.audit.chain import Event, append
 from cosigner.core.canonical import args_hash, canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import Forbidden, InvalidRequest, PolicyError
+from cosigner.core.ids import new_id
 from cosigner.core.roles import BARRIER_ROLE, BARRIER_TOOL
 from cosigner.db.tables import decisions
 from cosigner.db.tables_approvals import call_inputs
@@ -86,7 +86,7 @@ async def open_barrier(deps: AppContext, caller: Caller, *, run: dict[str, Any],
     mask = tuple(spec.mask if spec is not None else ()) + result.mask
     effective = None if result.effect == "deny" else (
         stricter(asked, result.approval) if result.approval is not None else asked)
-    decision_id = str(uuid.uuid4())
+    decision_id = new_id()
     summary = {"requested": asked.as_dict(),
                "effective": effective.as_dict() if effective else None,
                "raised": effective is not None and effective != asked}

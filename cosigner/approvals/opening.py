@@ -9,7 +9,6 @@ is joined; expired, a new request opens.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -35,6 +34,7 @@ from cosigner.audit.chain import Event, append
 from cosigner.audit.masking import mask_value
 from cosigner.core.canonical import canonicalize
 from cosigner.core.errors import Conflict, InvalidRequest, NotFound, PolicyError
+from cosigner.core.ids import new_id
 from cosigner.db.tables import decisions
 from cosigner.db.tables_approvals import approvals
 from cosigner.identity.principals import Caller
@@ -104,7 +104,7 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
     for _ in range(3):
         # Insert first: the partial unique index says whether a pending twin exists, so
         # the common case (a new request) costs one statement and no read.
-        approval_id = str(uuid.uuid4())
+        approval_id = new_id()
         expires_at = now + timedelta(milliseconds=requirement.timeout_ms)
         values = dict(
             id=approval_id, tenant=call.tenant, kind=kind, decision_id=call.decision_id,

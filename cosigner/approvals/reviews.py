@@ -15,7 +15,6 @@ joining) requests is :mod:`cosigner.approvals.opening`; reads are
 from __future__ import annotations
 
 import logging
-import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +47,7 @@ from cosigner.core.errors import (
     NotFound,
     ReviewRefused,
 )
+from cosigner.core.ids import new_id
 from cosigner.db.tables_approvals import reviews
 from cosigner.identity.principals import Caller
 from cosigner.permits import ledger as permit_ledger
@@ -279,7 +279,7 @@ async def _insert_review(conn: AsyncConnection, row: Any, caller: Caller, held: 
                          role: str | None, decision: str, comment: str,
                          now: datetime, signature: dict[str, Any] | None = None) -> None:
     await conn.execute(reviews.insert().values(
-        id=str(uuid.uuid4()), approval_id=row.id, tenant=row.tenant, run_id=row.run_id,
+        id=new_id(), approval_id=row.id, tenant=row.tenant, run_id=row.run_id,
         subject=caller.subject, principal_id=caller.principal_id, roles=sorted(held),
         role=role, stage=stage_of(row), decision=decision, comment=comment, created_at=now,
         signature=signature))

@@ -28,7 +28,6 @@ the count), ``standing.revoked``.
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +40,7 @@ from cosigner.audit.chain import Event, append
 from cosigner.core.canonical import canonicalize
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import CosignerError, InvalidRequest, NotFound, ReviewRefused
+from cosigner.core.ids import new_id
 from cosigner.core.pointer import unescape
 from cosigner.db.tables_approvals import standing_approvals
 from cosigner.identity.principals import Caller
@@ -175,7 +175,7 @@ async def grant(conn: AsyncConnection, row: Any, caller: Caller, requirement:
                 ApprovalRequirement, parsed: dict[str, Any], now: datetime) -> Event:
     """Store the grant (checked by :func:`check_grant`) of an approval that met its
     requirement, in the review's transaction; returns its ``standing.granted`` event."""
-    standing_id = str(uuid.uuid4())
+    standing_id = new_id()
     expires_at = now + timedelta(seconds=parsed["ttl_s"])
     values = {
         "id": standing_id, "tenant": row.tenant, "approval_id": row.id, "tool": row.tool,

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.audit.masking import mask_with_paths
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
+from cosigner.db.raw_insert import insert_many
 from cosigner.db.tables import audit_events, audit_heads
 
 SCHEMA_VERSION = 1
@@ -148,7 +149,7 @@ async def append(conn: AsyncConnection, tenant: str, events: list[Event],
         })
         stored.append({**body, "hash": digest})
         prev = digest
-    await conn.execute(audit_events.insert(), rows)
+    await insert_many(conn, audit_events, rows)  # the raw driver's executemany
     await conn.execute(_MOVE_HEAD, {"head_tenant": tenant, "head_seq": seq, "head_hash": prev})
     return stored
 

@@ -4,7 +4,8 @@ An item is either
 
 * a :class:`Write` already prepared in memory (the hot path: an ``allow`` or ``deny``
   with nothing to read under the lock): its rows are inserted together with every other
-  prepared item's rows, one ``executemany`` per table; or
+  prepared item's rows, one ``executemany`` per table on the raw driver
+  (:mod:`cosigner.db.raw_insert`); or
 * a callable ``work(conn) -> Write`` that must read or update state under the write lock
   (run contracts, approval requests, redeem's single-use UPDATE).
 
@@ -45,6 +46,7 @@ from cosigner.db.database import (
     UniqueViolation,
     _short,
 )
+from cosigner.db.raw_insert import insert_many
 
 log = logging.getLogger("cosigner.db.batch")
 
@@ -169,7 +171,7 @@ async def _insert_prepared(conn: AsyncConnection, writes: list[Write]) -> None:
         for table, values in write.rows:
             by_table.setdefault(table, []).append(values)
     for table, rows in by_table.items():  # insertion order: parents before children
-        await conn.execute(table.insert(), rows)
+        await insert_many(conn, table, rows)  # the raw driver's executemany
 
 
 def _is_outage(exc: BaseException) -> bool:

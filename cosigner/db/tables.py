@@ -23,6 +23,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from cosigner.db.compressed import CompressedJSON, CompressedText
+
 metadata = MetaData()
 
 principals = Table(
@@ -67,7 +69,8 @@ decisions = Table(
     Column("policy_id", String(128), nullable=True),
     Column("policy_version", String(64), nullable=True),
     Column("policy_revision", String(71), nullable=True),
-    Column("response", JSON, nullable=False),
+    # The Decision v1 answer, zstd-compressed (cosigner.db.compressed; migration 0017).
+    Column("response", CompressedJSON, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("tenant", "request_id", name="uq_decisions_tenant_request"),
     Index("ix_decisions_run", "tenant", "run_id"),
@@ -110,7 +113,9 @@ audit_events = Table(
     Column("policy_id", String(128), nullable=True),
     Column("policy_version", String(64), nullable=True),
     Column("mode", String(16), nullable=True),  # "shadow" for shadow decisions (0011)
-    Column("body", Text, nullable=False),  # RFC 8785 canonical JSON of the event
+    # RFC 8785 canonical JSON of the event, zstd-compressed in storage (0017): reads give
+    # the exact text that was hashed.
+    Column("body", CompressedText, nullable=False),
     Column("hash", String(71), nullable=False),
     UniqueConstraint("tenant", "seq", name="uq_audit_events_tenant_seq"),
     Index("ix_audit_events_decision", "tenant", "decision_id"),

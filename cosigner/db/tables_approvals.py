@@ -26,6 +26,7 @@ from sqlalchemy import (
     text,
 )
 
+from cosigner.db.compressed import CompressedJSON
 from cosigner.db.tables import metadata
 
 approvals = Table(
@@ -129,6 +130,7 @@ call_inputs = Table(
     metadata,
     Column("decision_id", String(36), primary_key=True),
     Column("tenant", String(128), nullable=False),
-    Column("input", JSON, nullable=False),  # policy input document without "now"
+    # The policy input document without "now", zstd-compressed (cosigner.db.compressed).
+    Column("input", CompressedJSON, nullable=False),
     Column("mask", JSON, nullable=False),
 )

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import rejections
@@ -30,6 +29,7 @@ from cosigner.core.canonical import args_hash as compute_args_hash
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import CosignerError, IdempotencyConflict, InvalidRequest
+from cosigner.core.ids import new_id
 from cosigner.core.load import Shedding
 from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
@@ -85,16 +85,22 @@ def decision_log_writer(db: Database, settings: Settings,
         # their run still has none, else they are decided again with it. Allowed calls:
         # confirm nobody rejected the same call in the run, else they are decided again
         # on the locked path, which denies them (cosigner.approvals.rejections).
+        # A retried request_id: answered from the first decision, read here in one
+        # indexed query for the whole batch (no failed insert, no rollback).
         assumed: list[Assumed] = [item.assumes for item in written]
         runs = {a.run for a in assumed if a is not None}
         calls = {a.call for a in assumed if a is not None and a.call is not None}
+        requests = {a.request for a in assumed if a is not None}
+        decided = await _decided(conn, requests) if requests else {}
         contracted = await contracts.contracted(conn, runs) if runs else set()
         rejected = await rejections.rejected_calls(conn, calls) if calls else set()
         refused: dict[int, CosignerError] = {}
         for i, a in enumerate(assumed):
             if a is None:
                 continue
-            if a.run in contracted:
+            if a.request in decided:
+                refused[i] = AlreadyDecided(decided[a.request])
+            elif a.run in contracted:
                 refused[i] = contracts.RunContractFound("the run has a contract")
             elif a.call in rejected:
                 refused[i] = rejections.RejectionFound("a reviewer rejected this call")
@@ -122,6 +128,38 @@ def input_document(caller: Caller, req: DecisionRequest, *, now: str,
         "run": {**req.run, **(run_state or {})},
         "now": now,
     }
+
+
+class AlreadyDecided(CosignerError):
+    """The batch found the request_id already decided: ``row`` (request_hash, response)
+    is the first decision; nothing of this one was written. Never leaves decide()."""
+
+    code = "already_decided"
+
+    def __init__(self, row: Any) -> None:
+        super().__init__("request_id already decided")
+        self.row = row
+
+
+async def _decided(conn: AsyncConnection, requests: set[tuple[str, str]]
+                   ) -> dict[tuple[str, str], Any]:
+    """The stored ``(request_hash, response)`` of those ``(tenant, request_id)`` already
+    decided, under the batch's write lock: one query per tenant on the unique key
+    (``tenant = ? AND request_id IN (…)`` is a search of that index; a row-value ``IN``
+    would scan it, a cost growing with the log)."""
+    by_tenant: dict[str, list[str]] = {}
+    for tenant, request_id in requests:
+        by_tenant.setdefault(tenant, []).append(request_id)
+    found: dict[tuple[str, str], Any] = {}
+    for tenant, ids in sorted(by_tenant.items()):
+        rows = (await conn.execute(_DECIDED, {"tenant": tenant, "ids": ids})).all()
+        found.update(((tenant, row.request_id), row) for row in rows)
+    return found
+
+
+_DECIDED = select(decisions.c.request_id, decisions.c.request_hash, decisions.c.response).where(
+    decisions.c.tenant == bindparam("tenant"),
+    decisions.c.request_id.in_(bindparam("ids", expanding=True)))
 
 
 async def _existing(conn: AsyncConnection, tenant: str, request_id: str) -> Any:
@@ -182,11 +220,13 @@ async def decide(deps: AppContext, caller: Caller, req: DecisionRequest) -> dict
 async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
                   read_contract: bool, locked: bool, started: float) -> dict[str, Any]:
     tenant = caller.tenant
-    decision_id = str(uuid.uuid4())
+    decision_id = new_id()
     logs.decision_id.set(decision_id)  # every log line of this decision names it
     a_hash = compute_args_hash(req.args)
-    # No idempotency pre-read: the unique (tenant, request_id) key catches a retry when
-    # its write lands, and the stored first decision is answered then (rare path).
+    # No idempotency pre-read: the batch's guard reads the first decision of a retried
+    # request_id under its write lock, for all its decisions in one query; a retry that
+    # races its first decision into the same batch (or another replica's) meets the
+    # unique (tenant, request_id) key and is answered from a read after it.
     run_state: contracts.RunState | None = None
     if read_contract:
         async with deps.db.read() as conn:
@@ -232,6 +272,9 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
                 raise deps.shedding.shed("webhooks", "the tenant's webhook backlog is full; "
                                          "no approval request opens until it drains")
         written: Write = await deps.log_writer.submit(plan.item(), key=tenant)
+    except AlreadyDecided as first:
+        # A retry: the batch read the first decision under its lock (no insert tried).
+        return _replay(first.row, plan.call.request_hash)
     except UniqueViolation:
         # A concurrent retry with the same request_id won the insert: answer with it.
         async with deps.db.read() as conn:

@@ -48,10 +48,13 @@ from cosigner.runs import contracts
 @dataclass(frozen=True, slots=True)
 class Assumed:
     """What a prepared decision took for granted, confirmed by its group-commit batch:
-    ``run`` has no contract; ``call`` (an ``allow``) has no standing rejection."""
+    ``run`` has no contract; ``call`` (an ``allow``) has no standing rejection;
+    ``request`` = ``(tenant, request_id)`` was not decided before (a retry is answered
+    with the first decision instead, :class:`cosigner.decisions.pdp.AlreadyDecided`)."""
 
     run: tuple[str, str]
     call: rejections.Call | None
+    request: tuple[str, str] = ("", "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +138,8 @@ class DecisionPlan:
             self.call.shadow and response["effect"] == "require_approval")
         call = (self.tenant, self.run_id, self.call.tool["name"], self.call.args_hash)
         return Write(self.tenant, events, response, rows, assumes=Assumed(
-            run=(self.tenant, self.run_id), call=call if allowed else None))
+            run=(self.tenant, self.run_id), call=call if allowed else None,
+            request=(self.tenant, self.call.request_id)))
 
     async def apply(self, conn: AsyncConnection) -> Write:
         """Check, then write, under the write lock (the batch's transaction)."""

@@ -13,7 +13,6 @@ the floored value iff it holds for the real instant. No clock-skew leeway is gra
 from __future__ import annotations
 
 import hmac
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +20,7 @@ from typing import Any, NotRequired, TypedDict
 
 from cosigner.core.clock import numeric_date
 from cosigner.core.errors import PermitRefused
+from cosigner.core.ids import new_hex_id
 from cosigner.keys.keyring import Keyring
 
 __all__ = [
@@ -124,8 +124,8 @@ def mint_permit(
     """Sign a permit valid from ``now`` (floored to seconds) for ``ttl_s`` seconds.
 
     ``policy`` holds ``id``, ``version``, ``revision`` (strings). Each approver holds ``id``,
-    ``role`` and ``at`` (aware datetime or NumericDate int). ``jti`` defaults to a random
-    uuid4 hex.
+    ``role`` and ``at`` (aware datetime or NumericDate int). ``jti`` defaults to a
+    time-ordered UUIDv7 in hex (:mod:`cosigner.core.ids`).
 
     Raises:
         ValueError: ``ttl_s`` not in ``1..keyring.max_token_lifetime_s`` (a longer permit could
@@ -139,7 +139,7 @@ def mint_permit(
     claims = PermitClaims(
         iss=issuer,
         aud=audience,
-        jti=jti if jti is not None else uuid.uuid4().hex,
+        jti=jti if jti is not None else new_hex_id(),
         iat=iat,
         nbf=iat,
         exp=iat + ttl_s,

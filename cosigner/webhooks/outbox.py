@@ -9,7 +9,6 @@ rolls back a decision. Arguments must already be masked (invariant 10).
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.core.clock import isoformat
+from cosigner.core.ids import new_id
 from cosigner.core.settings import Settings, WebhookTarget
 from cosigner.db.tables_web import webhook_deliveries
 
@@ -65,7 +65,7 @@ async def enqueue(conn: AsyncConnection, settings: Settings, *, tenant: str, eve
         raise ValueError(f"unknown webhook event type {event_type!r}")
     rows = []
     for target in targets(settings, tenant):
-        delivery_id = str(uuid.uuid4())
+        delivery_id = new_id()
         body = {
             "id": delivery_id,
             "type": event_type,

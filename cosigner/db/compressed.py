@@ -1,0 +1,124 @@
+"""Columns stored zstd-compressed with a fixed dictionary (issue 20, "store each fact once").
+
+An allow decision wrote ~5.9 KB: two event bodies, the response with its permit token
+and the stored policy input are JSON texts of the same keys, names and hashes over and
+over. Compressed with a raw-content dictionary of one typical decision
+(:mod:`cosigner.db.zdict_v1`), an event body of 1.1 KB takes ~120 bytes, for ~5 µs of
+CPU to write and ~3 µs to read.
+
+Only the storage changes: what the columns give back is exactly what was written
+(the RFC 8785 text of an event, the JSON value of a response), so hashes, exports,
+``cosigner audit verify`` and every reader see the same bytes as before.
+
+Stored form: ``b"\\x01" + zstd frame`` (format byte 1 = dictionary v1). Values written
+before migration ``0017_lean_storage`` read back unchanged: on SQLite they are still TEXT
+(``str``); on PostgreSQL the migration turned them into ``bytea`` holding their UTF-8
+text, which starts with ``{`` or another JSON character, never with a format byte.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import zstandard
+from sqlalchemy import LargeBinary
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+from cosigner.db.zdict_v1 import DICTIONARY
+
+#: Format byte of values compressed with dictionary v1.
+V1 = 1
+_LEVEL = 1
+
+_DICT = zstandard.ZstdCompressionDict(DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+_DICT.precompute_compress(level=_LEVEL)
+_COMPRESSOR = zstandard.ZstdCompressor(level=_LEVEL, dict_data=_DICT, write_checksum=False,
+                                       write_content_size=True, write_dict_id=False)
+_DECOMPRESSOR = zstandard.ZstdDecompressor(dict_data=_DICT)
+_PREFIX = bytes([V1])
+
+
+def compress(data: bytes) -> bytes:
+    """``data`` in the stored form (format byte + zstd frame)."""
+    return _PREFIX + _COMPRESSOR.compress(data)
+
+
+def decompress(stored: bytes | bytearray | memoryview | str) -> bytes:
+    """The bytes that were written: a stored form unpacked, a pre-0017 value as is.
+
+    Raises:
+        ValueError: an unknown format byte, or a damaged frame.
+    """
+    if isinstance(stored, str):
+        return stored.encode()
+    data = bytes(stored)
+    if not data or data[0] >= 0x20:  # JSON text written before 0017 (UTF-8)
+        return data
+    if data[0] != V1:
+        raise ValueError(f"unknown compressed column format {data[0]}")
+    try:
+        return _DECOMPRESSOR.decompress(data[1:])
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"damaged compressed column: {exc}") from exc
+
+
+def _json_bytes(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # keys that are not strings, integers beyond 64 bits
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
+class _Blob(LargeBinary):
+    """``bytea`` / BLOB with the driver's own values both ways: no ``bytes(value)`` on
+    read, so a pre-0017 TEXT value of SQLite reaches :func:`decompress` as ``str``."""
+
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> None:
+        return None
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> None:
+        return None
+
+
+class CompressedText(TypeDecorator[str]):
+    """A text column (an event's canonical body) stored compressed; reads give ``str``."""
+
+    impl = _Blob
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
+        return None if value is None else compress(value.encode())
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        return decompress(value).decode()
+
+
+class CompressedJSON(TypeDecorator[Any]):
+    """A JSON column stored compressed (compact JSON inside); reads give the value."""
+
+    impl = _Blob
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> bytes | None:
+        return None if value is None else compress(_json_bytes(value))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return orjson.loads(value)
+        return _loads(decompress(value))
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:  # integers beyond 64 bits (stdlib-encoded)
+        return json.loads(data)
