@@ -21,7 +21,7 @@ ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelle
 #: authorisations whose mandatory review is still open).
 ApprovalFilter = Literal["pending", "approved", "rejected", "expired", "cancelled",
                          "after_review"]
-#: Ids we issue (uuid4, hex jti): nothing else can name a row.
+#: Ids we issue (UUIDv7 strings, hex jti; cosigner.core.ids): nothing else can name a row.
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
 
 
