@@ -29,13 +29,21 @@ def cookie_secure(request: Request) -> bool:
 
 
 async def current_user(request: Request) -> Caller | None:
-    """The caller of the request's session cookie, or ``None``."""
+    """The caller of the request's session cookie, or ``None`` (also for a password
+    session of a tenant whose passwords are now switched off: it is ended)."""
     raw = request.cookies.get(sessions.COOKIE)
     if not raw:
         return None
     deps = context(request)
     caller = await sessions.load(deps.db, raw, now=deps.clock(),
                                  idle_timeout_s=deps.settings.session_idle_timeout_s)
+    provider = deps.settings.oidc.get(caller.tenant) if caller is not None else None
+    if caller is not None and caller.authn.method == "password" and provider is not None \
+            and not provider.allow_passwords:
+        # Passwords were switched off for the tenant after this session began: a session
+        # in use never idles out, so it would keep the switched-off password alive.
+        await sessions.end(deps.db, raw)
+        return None
     if caller is not None:
         request.state.web_user = caller
         request.state.web_csrf = csrf.token_for(raw)

@@ -75,3 +75,24 @@ async def test_a_password_name_may_not_claim_a_single_sign_on_subject(h: Harness
 
     with pytest.raises(InvalidRequest):
         await add_user(h.db, tenant, "oidc:https://idp.example#alice", "finance")
+
+
+async def test_a_password_session_ends_once_passwords_are_switched_off(h: Harness,
+                                                                        tenant: str) -> None:
+    """A session a password started before the tenant went single-sign-on-only (the
+    setting changed at a restart; sessions live in the database) must not go on acting:
+    an active session never idles out, so it would keep a switched-off password alive."""
+    from cosigner.identity.principals import PASSWORD_AUTHN, Caller
+    from cosigner.web import sessions
+
+    only = f"{tenant}-only"
+    principal_id = await add_user(h.db, only, "paula", "finance")
+    caller = Caller(tenant=only, principal_id=principal_id, subject="paula",
+                    roles=frozenset({"finance"}), kind="user", authn=PASSWORD_AUTHN)
+    raw = await sessions.create(h.db, caller, now=h.context.clock())
+    async with web_client(h) as client:
+        client.cookies.set(sessions.COOKIE, raw, domain="cosigner.test", path="/ui")
+        inbox = await client.get("/ui")
+        assert inbox.status_code == 303 and inbox.headers["location"].startswith("/ui/login")
+    # The session is gone for good, not just hidden.
+    assert await sessions.load(h.db, raw, now=h.context.clock(), idle_timeout_s=3600) is None
