@@ -12,7 +12,7 @@ is checked here with joserfc, all of OpenID Connect Core 1.0 §3.1.3.7:
 * ``iss`` equals the configured issuer; ``aud`` contains the client id (with several
   audiences, ``azp`` must be the client id); ``exp`` in the future and ``iat`` not in the
   future, each within the provider's ``leeway_s``; ``nonce`` equals the one sent with this
-  sign-in; ``sub`` present; ``auth_time`` (when present) an integer not in the future.
+  sign-in; ``sub`` present; ``auth_time`` (when present) an integer from the epoch to now.
 
 Discovery documents and key sets are cached in process memory: they are public and the
 same on every replica. What must be shared (the pending sign-in's state, nonce and code
@@ -280,7 +280,7 @@ def check_claims(provider: OidcProvider, claims: dict[str, Any], *, nonce: str,
         raise SignInRefused("the ID token has no usable sub", code="oidc_bad_token")
     auth_time = claims.get("auth_time")
     if auth_time is not None and (not isinstance(auth_time, int) or isinstance(
-            auth_time, bool) or auth_time > now + leeway):
+            auth_time, bool) or not 0 <= auth_time <= now + leeway):
         raise SignInRefused("the ID token's auth_time is not a past time",
                             code="oidc_bad_token")
 

@@ -51,6 +51,9 @@ def claims(**overrides: Any) -> dict[str, Any]:
     ({"nonce": None}, "oidc_nonce_mismatch"),
     ({"sub": ""}, "oidc_bad_token"),
     ({"auth_time": int(NOW) + 120}, "oidc_bad_token"),
+    # Before the epoch: not a time, and beyond the session table's BIGINT (a 500 there).
+    ({"auth_time": -10**30}, "oidc_bad_token"),
+    ({"auth_time": -1}, "oidc_bad_token"),
     ({"exp": None}, "oidc_bad_token"),
 ])
 def test_claims_that_are_refused(changes: dict[str, Any], code: str) -> None:
