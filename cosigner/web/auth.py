@@ -36,7 +36,8 @@ async def current_user(request: Request) -> Caller | None:
         return None
     deps = context(request)
     caller = await sessions.load(deps.db, raw, now=deps.clock(),
-                                 idle_timeout_s=deps.settings.session_idle_timeout_s)
+                                 idle_timeout_s=deps.settings.session_idle_timeout_s,
+                                 max_age_s=deps.settings.session_max_age_s)
     provider = deps.settings.oidc.get(caller.tenant) if caller is not None else None
     if caller is not None and caller.authn.method == "password" and provider is not None \
             and not provider.allow_passwords:
