@@ -54,6 +54,8 @@ def claims(**overrides: Any) -> dict[str, Any]:
     # Before the epoch: not a time, and beyond the session table's BIGINT (a 500 there).
     ({"auth_time": -10**30}, "oidc_bad_token"),
     ({"auth_time": -1}, "oidc_bad_token"),
+    # Longer than the session table's acr column (PostgreSQL refuses it: a 500 there).
+    ({"acr": "urn:x:" + "a" * 251}, "oidc_bad_token"),
     ({"exp": None}, "oidc_bad_token"),
 ])
 def test_claims_that_are_refused(changes: dict[str, Any], code: str) -> None:
