@@ -101,7 +101,9 @@ class OidcClients:
         self._refetch_s = refetch_s
         self._metadata: dict[str, tuple[float, Metadata]] = {}
         self._keys: dict[str, tuple[float, KeySet]] = {}  # jwks_uri -> (fetched, keys)
-        self._lock = asyncio.Lock()
+        # One lock per key set: a provider whose JWKS endpoint hangs holds up only the
+        # sign-ins of its own tenant(s), never another tenant's.
+        self._locks: dict[str, asyncio.Lock] = {}
 
     def _http(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=self._transport, timeout=HTTP_TIMEOUT_S,
@@ -156,7 +158,7 @@ class OidcClients:
     async def key_set(self, meta: Metadata, *, refresh: bool = False) -> KeySet:
         """The provider's JWKS (cached; ``refresh`` refetches unless fetched within
         ``refetch_s``, default :data:`JWKS_REFETCH_S`)."""
-        async with self._lock:
+        async with self._locks.setdefault(meta.jwks_uri, asyncio.Lock()):
             cached = self._keys.get(meta.jwks_uri)
             now = time.monotonic()
             if cached is not None:
