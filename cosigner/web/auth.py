@@ -15,9 +15,14 @@ class SignInRequired(Exception):
     """No live session: GET pages redirect to the sign-in form, POSTs get 403."""
 
 
+#: The longest ``next`` kept (a pending single sign-on stores it in a 512-character column).
+MAX_NEXT_CHARS = 512
+
+
 def safe_next(target: str | None) -> str:
-    """Only local ``/ui`` paths (no open redirect)."""
-    if target and target.startswith("/ui") and "//" not in target and "\\" not in target:
+    """Only local ``/ui`` paths (no open redirect) of at most :data:`MAX_NEXT_CHARS`."""
+    if target and len(target) <= MAX_NEXT_CHARS and target.startswith("/ui") \
+            and "//" not in target and "\\" not in target:
         return target
     return "/ui"
 

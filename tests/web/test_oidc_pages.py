@@ -96,3 +96,51 @@ async def test_a_password_session_ends_once_passwords_are_switched_off(h: Harnes
         assert inbox.status_code == 303 and inbox.headers["location"].startswith("/ui/login")
     # The session is gone for good, not just hidden.
     assert await sessions.load(h.db, raw, now=h.context.clock(), idle_timeout_s=3600) is None
+
+
+async def test_a_long_next_is_not_a_server_error(harness_factory: Callable[..., Any],
+                                                  tenant: str) -> None:
+    """Anyone may open /ui/oidc/start: a ``next`` longer than the pending sign-in's column
+    (512) must not fail the insert (a 500 on PostgreSQL); it falls back to /ui."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from urllib.parse import parse_qs, urlsplit
+
+    from cosigner.db.tables_web import oidc_logins
+
+    port = free_port()
+    issuer = f"http://127.0.0.1:{port}"
+
+    class Discovery(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = json.dumps({"issuer": issuer, "authorization_endpoint": issuer + "/auth",
+                               "token_endpoint": issuer + "/token",
+                               "jwks_uri": issuer + "/jwks"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", port), Discovery)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        h = await harness_factory(oidc={tenant: provider(issuer=issuer)})
+        async with web_client(h) as client:
+            started = await client.get(f"/ui/oidc/start?tenant={tenant}&next=/ui/"
+                                       + "a" * 600)
+        assert started.status_code == 303, started.text[:300]
+        state = parse_qs(urlsplit(started.headers["location"]).query)["state"][0]
+        assert started.headers["location"].startswith(issuer + "/auth?") and state
+        async with h.db.read() as conn:
+            stored = (await conn.execute(select(oidc_logins.c.next_path).where(
+                oidc_logins.c.tenant == tenant))).scalars().all()
+        assert stored == ["/ui"]
+    finally:
+        server.shutdown()
+        thread.join()
