@@ -188,6 +188,9 @@ class Settings(BaseSettings):
     #: activation on one replica decides on the others within about this long.
     policy_poll_interval_ms: int = Field(default=1000, ge=50, le=60_000)
     session_idle_timeout_s: int = Field(default=1800, ge=60)
+    #: An approver web session ends this long after its sign-in, however active: the
+    #: roles a single sign-on gave are confirmed again at the provider.
+    session_max_age_s: int = Field(default=43_200, ge=60)
     #: Locale of the approver pages' amounts and numbers (a CLDR identifier: ``en_US``,
     #: ``de_DE``, ``en-GB``); with ``ui_locale_from_browser`` the browser's
     #: ``Accept-Language`` wins when CLDR knows the locale it names.

@@ -12,7 +12,8 @@ is checked here with joserfc, all of OpenID Connect Core 1.0 §3.1.3.7:
 * ``iss`` equals the configured issuer; ``aud`` contains the client id (with several
   audiences, ``azp`` must be the client id); ``exp`` in the future and ``iat`` not in the
   future, each within the provider's ``leeway_s``; ``nonce`` equals the one sent with this
-  sign-in; ``sub`` present; ``auth_time`` (when present) an integer not in the future.
+  sign-in; ``sub`` present; ``auth_time`` (when present) an integer from the epoch to now;
+  ``acr`` (when a string) at most :data:`MAX_ACR_CHARS` characters.
 
 Discovery documents and key sets are cached in process memory: they are public and the
 same on every replica. What must be shared (the pending sign-in's state, nonce and code
@@ -47,6 +48,8 @@ METADATA_TTL_S = 3600
 #: with made-up key ids cannot make Cosigner hammer the provider.
 JWKS_REFETCH_S = 10
 HTTP_TIMEOUT_S = 10.0
+#: The longest ``acr`` kept (the sessions table's column); a longer one is refused.
+MAX_ACR_CHARS = 256
 #: ``alg`` values never accepted for an ID token: unsigned, or keyed by the client secret.
 _REFUSED_ALGS = frozenset({"none", "HS256", "HS384", "HS512"})
 
@@ -98,7 +101,9 @@ class OidcClients:
         self._refetch_s = refetch_s
         self._metadata: dict[str, tuple[float, Metadata]] = {}
         self._keys: dict[str, tuple[float, KeySet]] = {}  # jwks_uri -> (fetched, keys)
-        self._lock = asyncio.Lock()
+        # One lock per key set: a provider whose JWKS endpoint hangs holds up only the
+        # sign-ins of its own tenant(s), never another tenant's.
+        self._locks: dict[str, asyncio.Lock] = {}
 
     def _http(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=self._transport, timeout=HTTP_TIMEOUT_S,
@@ -153,7 +158,7 @@ class OidcClients:
     async def key_set(self, meta: Metadata, *, refresh: bool = False) -> KeySet:
         """The provider's JWKS (cached; ``refresh`` refetches unless fetched within
         ``refetch_s``, default :data:`JWKS_REFETCH_S`)."""
-        async with self._lock:
+        async with self._locks.setdefault(meta.jwks_uri, asyncio.Lock()):
             cached = self._keys.get(meta.jwks_uri)
             now = time.monotonic()
             if cached is not None:
@@ -278,9 +283,12 @@ def check_claims(provider: OidcProvider, claims: dict[str, Any], *, nonce: str,
     sub = claims.get("sub")
     if not isinstance(sub, str) or not sub or len(sub) > 255:
         raise SignInRefused("the ID token has no usable sub", code="oidc_bad_token")
+    acr = claims.get("acr")
+    if isinstance(acr, str) and len(acr) > MAX_ACR_CHARS:
+        raise SignInRefused("the ID token's acr is too long", code="oidc_bad_token")
     auth_time = claims.get("auth_time")
     if auth_time is not None and (not isinstance(auth_time, int) or isinstance(
-            auth_time, bool) or auth_time > now + leeway):
+            auth_time, bool) or not 0 <= auth_time <= now + leeway):
         raise SignInRefused("the ID token's auth_time is not a past time",
                             code="oidc_bad_token")
 

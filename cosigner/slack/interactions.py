@@ -155,7 +155,10 @@ async def _linked(deps: AppContext, tenant: str, user: SlackUser, action: str,
                   approval_id: str, say: Say) -> Caller | Answer:
     """The linked :class:`Caller`, or the :class:`Answer` for an unlinked or disabled one."""
     try:
-        caller = await links.caller_for(deps.db, tenant, user)
+        provider = deps.settings.oidc.get(tenant)
+        caller = await links.caller_for(
+            deps.db, tenant, user,
+            passwords_allowed=provider is None or provider.allow_passwords)
     except Forbidden as exc:
         await _record(deps, tenant, user.actor(), exc.code, user, action=action,
                       approval_id=approval_id)

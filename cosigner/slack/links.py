@@ -125,9 +125,13 @@ async def confirm(db: Database, caller: Caller, token: str, *, now: datetime) ->
     return user
 
 
-async def caller_for(db: Database, tenant: str, user: SlackUser) -> Caller | None:
+async def caller_for(db: Database, tenant: str, user: SlackUser, *,
+                     passwords_allowed: bool = True) -> Caller | None:
     """The :class:`Caller` of ``user``'s link in ``tenant`` (``authn`` ``slack``, roles
-    as stored now), or ``None`` when the user is not linked in this tenant.
+    as stored now), or ``None`` when the user is not linked in this tenant — or is linked
+    to a password account while ``passwords_allowed`` is false (the tenant's
+    ``allow_passwords`` was switched off after the link was made: the link is void, and
+    a new one can only be confirmed by a single sign-on session).
 
     Raises:
         Forbidden: ``principal_disabled`` — the linked principal is disabled.
@@ -135,12 +139,12 @@ async def caller_for(db: Database, tenant: str, user: SlackUser) -> Caller | Non
     async with db.read() as conn:
         row = (await conn.execute(
             select(principals.c.id, principals.c.tenant, principals.c.subject,
-                   principals.c.roles, principals.c.disabled)
+                   principals.c.roles, principals.c.disabled, principals.c.password_hash)
             .join(slack_links, slack_links.c.principal_id == principals.c.id)
             .where(slack_links.c.tenant == tenant, slack_links.c.team_id == user.team_id,
                    slack_links.c.user_id == user.user_id,
                    principals.c.tenant == tenant))).first()
-    if row is None:
+    if row is None or (not passwords_allowed and row.password_hash is not None):
         return None
     if row.disabled:
         raise Forbidden("the linked Cosigner principal is disabled", code="principal_disabled")

@@ -15,9 +15,14 @@ class SignInRequired(Exception):
     """No live session: GET pages redirect to the sign-in form, POSTs get 403."""
 
 
+#: The longest ``next`` kept (a pending single sign-on stores it in a 512-character column).
+MAX_NEXT_CHARS = 512
+
+
 def safe_next(target: str | None) -> str:
-    """Only local ``/ui`` paths (no open redirect)."""
-    if target and target.startswith("/ui") and "//" not in target and "\\" not in target:
+    """Only local ``/ui`` paths (no open redirect) of at most :data:`MAX_NEXT_CHARS`."""
+    if target and len(target) <= MAX_NEXT_CHARS and target.startswith("/ui") \
+            and "//" not in target and "\\" not in target:
         return target
     return "/ui"
 
@@ -29,13 +34,22 @@ def cookie_secure(request: Request) -> bool:
 
 
 async def current_user(request: Request) -> Caller | None:
-    """The caller of the request's session cookie, or ``None``."""
+    """The caller of the request's session cookie, or ``None`` (also for a password
+    session of a tenant whose passwords are now switched off: it is ended)."""
     raw = request.cookies.get(sessions.COOKIE)
     if not raw:
         return None
     deps = context(request)
     caller = await sessions.load(deps.db, raw, now=deps.clock(),
-                                 idle_timeout_s=deps.settings.session_idle_timeout_s)
+                                 idle_timeout_s=deps.settings.session_idle_timeout_s,
+                                 max_age_s=deps.settings.session_max_age_s)
+    provider = deps.settings.oidc.get(caller.tenant) if caller is not None else None
+    if caller is not None and caller.authn.method == "password" and provider is not None \
+            and not provider.allow_passwords:
+        # Passwords were switched off for the tenant after this session began: a session
+        # in use never idles out, so it would keep the switched-off password alive.
+        await sessions.end(deps.db, raw)
+        return None
     if caller is not None:
         request.state.web_user = caller
         request.state.web_csrf = csrf.token_for(raw)

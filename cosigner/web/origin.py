@@ -112,7 +112,8 @@ async def _record(request: Request, code: str, reason: str) -> None:
         return
     try:
         caller = await sessions.load(deps.db, raw, now=deps.clock(),
-                                     idle_timeout_s=deps.settings.session_idle_timeout_s)
+                                     idle_timeout_s=deps.settings.session_idle_timeout_s,
+                                     max_age_s=deps.settings.session_max_age_s)
         if caller is None:
             return
         event = Event(type="web.request_refused", actor=caller.actor(),

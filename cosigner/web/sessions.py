@@ -2,8 +2,10 @@
 
 The cookie holds an opaque 256-bit random id; the table holds only its SHA-256, so
 reading the database does not let anyone sign in. A session ends after
-``settings.session_idle_timeout_s`` without a request, at sign-out, or when the principal
-is disabled. A new id is issued at every sign-in (no session fixation).
+``settings.session_idle_timeout_s`` without a request, ``settings.session_max_age_s``
+after its sign-in however active (roles a single sign-on gave are then confirmed again at
+the provider), at sign-out, or when the principal is disabled. A new id is issued at
+every sign-in (no session fixation).
 
 Each session records how its person authenticated (the caller's
 :class:`~cosigner.identity.principals.Authn`: ``password``, or ``oidc`` with the ID token's
@@ -71,8 +73,10 @@ async def end(db: Database, raw: str) -> None:
         await conn.execute(delete(web_sessions).where(web_sessions.c.id_hash == _hash(raw)))
 
 
-async def load(db: Database, raw: str, *, now: datetime, idle_timeout_s: int) -> Caller | None:
-    """The caller of a live session, or ``None`` (unknown, idle too long, or disabled).
+async def load(db: Database, raw: str, *, now: datetime, idle_timeout_s: int,
+               max_age_s: int | None = None) -> Caller | None:
+    """The caller of a live session, or ``None`` (unknown, idle too long, older than
+    ``max_age_s`` since its sign-in, or disabled).
 
     An idle session is deleted; a live one has its ``last_seen_at`` moved to ``now``.
     """
@@ -81,7 +85,8 @@ async def load(db: Database, raw: str, *, now: datetime, idle_timeout_s: int) ->
     id_hash = _hash(raw)
     async with db.read() as conn:
         row = (await conn.execute(
-            select(web_sessions.c.last_seen_at, web_sessions.c.auth_method,
+            select(web_sessions.c.last_seen_at, web_sessions.c.created_at,
+                   web_sessions.c.auth_method,
                    web_sessions.c.acr, web_sessions.c.amr, web_sessions.c.auth_time,
                    principals.c.id, principals.c.tenant,
                    principals.c.subject, principals.c.roles, principals.c.disabled)
@@ -90,7 +95,9 @@ async def load(db: Database, raw: str, *, now: datetime, idle_timeout_s: int) ->
     if row is None:
         return None
     idle = now - _aware(row.last_seen_at)
-    if row.disabled or idle >= timedelta(seconds=idle_timeout_s):
+    too_old = max_age_s is not None and now - _aware(row.created_at) >= timedelta(
+        seconds=max_age_s)
+    if row.disabled or too_old or idle >= timedelta(seconds=idle_timeout_s):
         await end(db, raw)
         return None
     if idle >= timedelta(seconds=TOUCH_EVERY_S):

@@ -51,6 +51,11 @@ def claims(**overrides: Any) -> dict[str, Any]:
     ({"nonce": None}, "oidc_nonce_mismatch"),
     ({"sub": ""}, "oidc_bad_token"),
     ({"auth_time": int(NOW) + 120}, "oidc_bad_token"),
+    # Before the epoch: not a time, and beyond the session table's BIGINT (a 500 there).
+    ({"auth_time": -10**30}, "oidc_bad_token"),
+    ({"auth_time": -1}, "oidc_bad_token"),
+    # Longer than the session table's acr column (PostgreSQL refuses it: a 500 there).
+    ({"acr": "urn:x:" + "a" * 251}, "oidc_bad_token"),
     ({"exp": None}, "oidc_bad_token"),
 ])
 def test_claims_that_are_refused(changes: dict[str, Any], code: str) -> None:
@@ -208,3 +213,42 @@ async def test_the_subject_is_the_issuers_sub_never_the_email(db: Database,
         await oidc_signin.sign_in(db, tenant=tenant, provider=settings(), token=twin,
                                   clock=system_clock)
     assert caught.value.code == "oidc_subject_conflict"
+
+
+async def test_a_slow_key_set_of_one_provider_does_not_hold_up_another() -> None:
+    """Each tenant has its own provider: one whose JWKS endpoint hangs (down, or made to
+    hang by whoever runs it) must not make every other tenant's sign-in wait for it."""
+    import asyncio
+
+    slow, fast = Provider(), Provider()
+    release = asyncio.Event()
+
+    async def hanging_jwks(_: Request) -> JSONResponse:
+        await release.wait()
+        return JSONResponse({"keys": [k.as_dict(private=False) for k in slow.keys]})
+
+    async def slow_discovery(_: Request) -> JSONResponse:
+        return JSONResponse({"issuer": "https://slow.example.test",
+                             "authorization_endpoint": "https://slow.example.test/auth",
+                             "token_endpoint": "https://slow.example.test/token",
+                             "jwks_uri": "https://slow.example.test/jwks",
+                             "id_token_signing_alg_values_supported": ["RS256"]})
+
+    slow_app = Starlette(routes=[Route("/.well-known/openid-configuration", slow_discovery),
+                                 Route("/jwks", hanging_jwks)])
+
+    async def router(scope: Any, receive: Any, send: Any) -> None:
+        headers = dict(scope.get("headers") or [])
+        app = slow_app if headers.get(b"host", b"").startswith(b"slow.") else fast.app
+        await app(scope, receive, send)
+
+    clients = OidcClients(httpx.ASGITransport(app=router))
+    slow_meta = await clients.metadata(settings(issuer="https://slow.example.test"))
+    fast_meta = await clients.metadata(settings())
+    stuck = asyncio.create_task(clients.key_set(slow_meta))
+    await asyncio.sleep(0.05)  # the slow fetch is under way
+    try:
+        await asyncio.wait_for(clients.key_set(fast_meta), timeout=2)
+    finally:
+        release.set()
+        await stuck

@@ -278,3 +278,28 @@ async def test_a_workspace_of_no_tenant_is_refused_and_logged(
     after = await _events(h, SYSTEM_TENANT, "slack.interaction_refused")
     assert len(after) == before + 1 and after[-1]["payload"]["team_id"] == "T0ELSE"
     assert await _status(h, approval_id) == "pending" and not slack.calls
+
+
+async def test_a_password_account_link_is_void_once_passwords_are_switched_off(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    """A Slack link made by a password account keeps no authority once the tenant signs
+    in with single sign-on only: the click is treated as unlinked (a new link URL, which
+    can only be confirmed while signed in, so through single sign-on)."""
+    from cosigner.core.clock import system_clock
+
+    only = {"issuer": "http://127.0.0.1:9/", "client_id": "cosigner", "client_secret": "s",
+            "role_map": {"fin": ["finance"]}, "allow_passwords": False}
+    h = await slack_app(harness_factory, slack, tenant, oidc={tenant: only})
+    approval_id, _ = await _open(h, tenant)
+    # Linked while passwords were still allowed (the link outlives the setting).
+    principal_id = await add_user(h.db, tenant, "fiona", "finance")
+    async with h.db.transaction() as conn:
+        await conn.execute(slack_links.insert().values(
+            tenant=tenant, team_id=TEAM, user_id="U0FIONA", user_name="fiona",
+            principal_id=principal_id, created_at=system_clock()))
+    answer = await post(h, click("cosigner_approve", approval_id, user="U0FIONA"))
+    assert answer.status_code == 200
+    assert await _status(h, approval_id) == "pending"
+    assert "/ui/slack/link/" in ephemerals(slack, "U0FIONA")[-1]
+    codes = [e["payload"]["code"] for e in await _events(h, tenant, "slack.interaction_refused")]
+    assert codes[-1] == "slack_not_linked"

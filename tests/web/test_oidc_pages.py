@@ -75,3 +75,72 @@ async def test_a_password_name_may_not_claim_a_single_sign_on_subject(h: Harness
 
     with pytest.raises(InvalidRequest):
         await add_user(h.db, tenant, "oidc:https://idp.example#alice", "finance")
+
+
+async def test_a_password_session_ends_once_passwords_are_switched_off(h: Harness,
+                                                                        tenant: str) -> None:
+    """A session a password started before the tenant went single-sign-on-only (the
+    setting changed at a restart; sessions live in the database) must not go on acting:
+    an active session never idles out, so it would keep a switched-off password alive."""
+    from cosigner.identity.principals import PASSWORD_AUTHN, Caller
+    from cosigner.web import sessions
+
+    only = f"{tenant}-only"
+    principal_id = await add_user(h.db, only, "paula", "finance")
+    caller = Caller(tenant=only, principal_id=principal_id, subject="paula",
+                    roles=frozenset({"finance"}), kind="user", authn=PASSWORD_AUTHN)
+    raw = await sessions.create(h.db, caller, now=h.context.clock())
+    async with web_client(h) as client:
+        client.cookies.set(sessions.COOKIE, raw, domain="cosigner.test", path="/ui")
+        inbox = await client.get("/ui")
+        assert inbox.status_code == 303 and inbox.headers["location"].startswith("/ui/login")
+    # The session is gone for good, not just hidden.
+    assert await sessions.load(h.db, raw, now=h.context.clock(), idle_timeout_s=3600) is None
+
+
+async def test_a_long_next_is_not_a_server_error(harness_factory: Callable[..., Any],
+                                                  tenant: str) -> None:
+    """Anyone may open /ui/oidc/start: a ``next`` longer than the pending sign-in's column
+    (512) must not fail the insert (a 500 on PostgreSQL); it falls back to /ui."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from urllib.parse import parse_qs, urlsplit
+
+    from cosigner.db.tables_web import oidc_logins
+
+    port = free_port()
+    issuer = f"http://127.0.0.1:{port}"
+
+    class Discovery(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = json.dumps({"issuer": issuer, "authorization_endpoint": issuer + "/auth",
+                               "token_endpoint": issuer + "/token",
+                               "jwks_uri": issuer + "/jwks"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", port), Discovery)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        h = await harness_factory(oidc={tenant: provider(issuer=issuer)})
+        async with web_client(h) as client:
+            started = await client.get(f"/ui/oidc/start?tenant={tenant}&next=/ui/"
+                                       + "a" * 600)
+        assert started.status_code == 303, started.text[:300]
+        state = parse_qs(urlsplit(started.headers["location"]).query)["state"][0]
+        assert started.headers["location"].startswith(issuer + "/auth?") and state
+        async with h.db.read() as conn:
+            stored = (await conn.execute(select(oidc_logins.c.next_path).where(
+                oidc_logins.c.tenant == tenant))).scalars().all()
+        assert stored == ["/ui"]
+    finally:
+        server.shutdown()
+        thread.join()

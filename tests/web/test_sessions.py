@@ -243,3 +243,22 @@ async def test_sessions_nobody_came_back_to_are_deleted_at_the_next_sign_in(
         rows = (await conn.execute(select(web_sessions.c.id_hash).where(
             web_sessions.c.tenant == tenant))).all()
     assert len(rows) == 1
+
+
+async def test_a_session_in_use_still_ends_at_its_maximum_age(harness_factory: Any,
+                                                              tenant: str) -> None:
+    """Activity keeps a session from idling out, but not forever: roles a single sign-on
+    gave (or a password since switched off) must be re-confirmed at a fresh sign-in."""
+    clock = FrozenClock(datetime(2030, 1, 1, tzinfo=UTC))
+    h = await harness_factory(clock=clock, session_idle_timeout_s=600,
+                              session_max_age_s=3600)
+    await add_user(h.db, tenant, "alice", "finance", clock=clock)
+    async with _client(h) as client:
+        await sign_in(client, tenant, "alice")
+        for _ in range(6):  # 3594 s, never idle
+            clock.advance(seconds=599)
+            assert (await client.get("/ui")).status_code == 200
+        clock.advance(seconds=6)
+        response = await client.get("/ui")
+        assert response.status_code == 303
+        assert response.headers["location"].startswith("/ui/login")
