@@ -338,3 +338,12 @@ async def test_a_page_reads_a_bounded_number_of_rows_and_goes_on_from_there(
         assert nxt is not None
         second = (await client.get(nxt)).text
     assert sorted(_rows(second)) == sorted(reviewable)
+
+
+
+async def test_the_last_day_of_the_calendar_is_a_valid_until(harness: Any, tenant: str) -> None:
+    async with _signed_in(harness, tenant, "olive", "admin") as client:
+        for path in ("/ui/history?until=9999-12-31",
+                     "/ui/history?since=0001-01-01&until=0001-01-01"):
+            response = await client.get(path)
+            assert response.status_code == 200, (path, response.text[:300])
