@@ -131,6 +131,11 @@ def check_signed_reviews(lines: Iterable[str]) -> SignatureFault | None:
         elif kind == "approval.approved" and approval_id and approval_id in stages:
             chain, index = stages[approval_id], at_stage.get(approval_id, 0)
             signed_roles = chain[index] if index < len(chain) else frozenset()
+            named = [str(e.get("id")) for e in payload.get("approvers") or []
+                     if isinstance(e, dict)]
+            if len(set(named)) != len(named):  # one person, one count
+                return SignatureFault(seq, "bad_approver_signature",
+                                      f"event {seq}: one approver is counted twice")
             for entry in payload.get("approvers") or []:
                 if isinstance(entry, dict) and str(entry.get("role")) not in signed_roles:
                     continue

@@ -171,3 +171,13 @@ def test_unsigned_approver_in_the_approval_is_caught(export: Export) -> None:
     del approved["payload"]["approvers"][0]["signature"]
     report = check(rechained(records), keys)
     assert (report.fault, report.bad_seq) == ("missing_approver_signature", approved["seq"])
+
+
+def test_one_signed_approver_counted_twice_is_caught(export: Export) -> None:
+    records, keys = export
+    # count: 2 met by one person: the insider repeats fiona's signed entry in place of gus.
+    approved = approved_event(records)
+    approvers = approved["payload"]["approvers"]
+    approvers[1] = {**approvers[0]}
+    report = check(rechained(records), keys)
+    assert (report.fault, report.bad_seq) == ("bad_approver_signature", approved["seq"])
