@@ -85,11 +85,21 @@ def _signed_roles_by_stage(requirement: Any) -> list[frozenset[str]]:
     return stages
 
 
+def _roles_by_stage(requirement: Any) -> list[frozenset[str]]:
+    stages: list[frozenset[str]] = []
+    while isinstance(requirement, dict):
+        stages.append(frozenset(str(g.get("role")) for g in requirement.get("require") or []
+                                if isinstance(g, dict)))
+        requirement = requirement.get("on_expired")
+    return stages
+
+
 def check_signed_reviews(lines: Iterable[str]) -> SignatureFault | None:
     """The first signed-review fault of an export's events (in ``seq`` order), or ``None``."""
     keys: dict[str, _Key] = {}
     stages: dict[str, list[frozenset[str]]] = {}
     at_stage: dict[str, int] = {}
+    asked: dict[str, list[frozenset[str]]] = {}
     #: (approval id, reviewer) → the verified signature of their signed approval.
     verified: dict[tuple[str, str], dict[str, Any]] = {}
     for body in _bodies(lines):
@@ -108,6 +118,7 @@ def check_signed_reviews(lines: Iterable[str]) -> SignatureFault | None:
                 known.removed_seq = seq
         elif kind == "approval.requested" and approval_id:
             stages[approval_id] = _signed_roles_by_stage(payload.get("requirement"))
+            asked[approval_id] = _roles_by_stage(payload.get("requirement"))
             at_stage[approval_id] = 0
         elif kind == "approval.escalated" and approval_id:
             at_stage[approval_id] = at_stage.get(approval_id, 0) + 1
@@ -131,13 +142,17 @@ def check_signed_reviews(lines: Iterable[str]) -> SignatureFault | None:
         elif kind == "approval.approved" and approval_id and approval_id in stages:
             chain, index = stages[approval_id], at_stage.get(approval_id, 0)
             signed_roles = chain[index] if index < len(chain) else frozenset()
+            roles = asked[approval_id][index] if index < len(chain) else frozenset()
             named = [str(e.get("id")) for e in payload.get("approvers") or []
                      if isinstance(e, dict)]
             if len(set(named)) != len(named):  # one person, one count
                 return SignatureFault(seq, "bad_approver_signature",
                                       f"event {seq}: one approver is counted twice")
             for entry in payload.get("approvers") or []:
-                if isinstance(entry, dict) and str(entry.get("role")) not in signed_roles:
+                # Unsigned only for a group of this stage that asks none (a role the stage
+                # never asked is checked like a signed one: it cannot count unsigned).
+                role = str(entry.get("role")) if isinstance(entry, dict) else None
+                if role in roles and role not in signed_roles:
                     continue
                 found = _check_approver(body, approval_id, entry, verified)
                 if found is not None:

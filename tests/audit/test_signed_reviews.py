@@ -181,3 +181,19 @@ def test_one_signed_approver_counted_twice_is_caught(export: Export) -> None:
     approvers[1] = {**approvers[0]}
     report = check(rechained(records), keys)
     assert (report.fault, report.bad_seq) == ("bad_approver_signature", approved["seq"])
+
+
+def test_an_approver_moved_to_a_role_the_request_never_asked_is_caught(export: Export) -> None:
+    records, keys = export
+    # The insider strips fiona's signature and relabels her approval (review and approval)
+    # as counted for a role outside the requirement, where no signature is asked.
+    review = signed_reviews(records)[0]
+    del review["payload"]["signature"]
+    review["payload"]["role"] = "nobody"
+    approved = approved_event(records)
+    fiona = review["actor"]["subject"]
+    entry = next(a for a in approved["payload"]["approvers"] if a["id"] == fiona)
+    del entry["signature"]
+    entry["role"] = "nobody"
+    report = check(rechained(records), keys)
+    assert (report.fault, report.bad_seq) == ("missing_approver_signature", approved["seq"])
