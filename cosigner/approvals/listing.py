@@ -18,7 +18,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, and_, func, or_, select
@@ -99,10 +99,11 @@ def decode_cursor(query: Query) -> tuple[Any, str, bool] | None:
                 or not isinstance(data.get("v"), str) or not isinstance(data.get("b"), bool)):
             return None
         value: Any = data["v"]
-        if query.sort != "tool":
+        if query.sort != "tool":  # an aware UTC time the database can hold, or no cursor
             value = datetime.fromisoformat(value)
+            value = (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
         return value, data["i"], data["b"]
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+    except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
         return None
 
 

@@ -167,11 +167,18 @@ async def verify(deps: AppContext, conn: AsyncConnection, caller: Caller, row: A
     if await challenges.take(conn, caller, purpose="review", challenge=challenge,
                              now=now) is None:
         raise _refuse("signature_replayed")
+    # Conditional on the counter *and* on the credential still being live: a removal that
+    # committed since it was read above must not let this review count (the log would show
+    # the review after the removal).
     moved = await conn.execute(webauthn_credentials.update().where(
         webauthn_credentials.c.id == credential.id,
-        webauthn_credentials.c.sign_count == credential.sign_count)
+        webauthn_credentials.c.sign_count == credential.sign_count,
+        webauthn_credentials.c.removed_at.is_(None))
         .values(sign_count=counter, last_used_at=now))
     if moved.rowcount != 1:
+        now_row = await passkeys.find_any(conn, caller.tenant, signed.credential_id)
+        if now_row is None or now_row.removed_at is not None:
+            raise _refuse("credential_removed")
         raise _refuse("signature_replayed")
     return {"statement": statement, "statement_digest": b64url(digest), **signed.record()}
 

@@ -16,6 +16,13 @@ even after recomputing every chain hash. For each ``approval.reviewed`` event:
   ``approval.requested`` event, followed through ``approval.escalated``) asks
   ``signature: "webauthn"`` is ``missing_approver_signature``.
 
+For each ``approval.approved`` event, every approver it counts for a group asking a
+signature must carry the signature of a signed approval *verified earlier in the log* by
+that person for this request (else ``missing_approver_signature``: the signed reviews were
+deleted, or the approver's signature dropped), and that signature's statement must describe
+this event's tenant, approval, tool, args hash and policy (else ``bad_approver_signature``:
+the approval, and the permit minted with it, were moved to other arguments).
+
 Needs the registrations in the export: verify an export that starts at the genesis (or
 at a checkpoint before the first registration) to check signed reviews.
 """
@@ -78,11 +85,23 @@ def _signed_roles_by_stage(requirement: Any) -> list[frozenset[str]]:
     return stages
 
 
+def _roles_by_stage(requirement: Any) -> list[frozenset[str]]:
+    stages: list[frozenset[str]] = []
+    while isinstance(requirement, dict):
+        stages.append(frozenset(str(g.get("role")) for g in requirement.get("require") or []
+                                if isinstance(g, dict)))
+        requirement = requirement.get("on_expired")
+    return stages
+
+
 def check_signed_reviews(lines: Iterable[str]) -> SignatureFault | None:
     """The first signed-review fault of an export's events (in ``seq`` order), or ``None``."""
     keys: dict[str, _Key] = {}
     stages: dict[str, list[frozenset[str]]] = {}
     at_stage: dict[str, int] = {}
+    asked: dict[str, list[frozenset[str]]] = {}
+    #: (approval id, reviewer) → the verified signature of their signed approval.
+    verified: dict[tuple[str, str], dict[str, Any]] = {}
     for body in _bodies(lines):
         kind, seq = body.get("type"), body["seq"]
         raw_payload = body.get("payload")
@@ -99,6 +118,7 @@ def check_signed_reviews(lines: Iterable[str]) -> SignatureFault | None:
                 known.removed_seq = seq
         elif kind == "approval.requested" and approval_id:
             stages[approval_id] = _signed_roles_by_stage(payload.get("requirement"))
+            asked[approval_id] = _roles_by_stage(payload.get("requirement"))
             at_stage[approval_id] = 0
         elif kind == "approval.escalated" and approval_id:
             at_stage[approval_id] = at_stage.get(approval_id, 0) + 1
@@ -108,6 +128,9 @@ def check_signed_reviews(lines: Iterable[str]) -> SignatureFault | None:
                 fault = _check(body, payload, signature, keys)
                 if fault is not None:
                     return SignatureFault(seq, *fault)
+                if payload.get("decision") == "approved" and approval_id:
+                    reviewer = str((body.get("actor") or {}).get("subject"))
+                    verified[(approval_id, reviewer)] = signature
             elif payload.get("decision") == "approved" and approval_id:
                 chain = stages.get(approval_id) or []
                 index = at_stage.get(approval_id, 0)
@@ -116,6 +139,52 @@ def check_signed_reviews(lines: Iterable[str]) -> SignatureFault | None:
                                           f"event {seq}: an approval counted for "
                                           f"{payload.get('role')!r}, which asks for a "
                                           "signature, carries none")
+        elif kind == "approval.approved" and approval_id and approval_id in stages:
+            chain, index = stages[approval_id], at_stage.get(approval_id, 0)
+            signed_roles = chain[index] if index < len(chain) else frozenset()
+            roles = asked[approval_id][index] if index < len(chain) else frozenset()
+            named = [str(e.get("id")) for e in payload.get("approvers") or []
+                     if isinstance(e, dict)]
+            if len(set(named)) != len(named):  # one person, one count
+                return SignatureFault(seq, "bad_approver_signature",
+                                      f"event {seq}: one approver is counted twice")
+            for entry in payload.get("approvers") or []:
+                # Unsigned only for a group of this stage that asks none (a role the stage
+                # never asked is checked like a signed one: it cannot count unsigned).
+                role = str(entry.get("role")) if isinstance(entry, dict) else None
+                if role in roles and role not in signed_roles:
+                    continue
+                found = _check_approver(body, approval_id, entry, verified)
+                if found is not None:
+                    return SignatureFault(seq, *found)
+    return None
+
+
+_REF_MEMBERS = ("credential_id", "statement_digest", "authenticator_data",
+                "client_data_json", "signature")
+
+
+def _check_approver(body: dict[str, Any], approval_id: str, entry: Any,
+                    verified: dict[tuple[str, str], dict[str, Any]]) -> tuple[str, str] | None:
+    """An ``approval.approved`` approver counted for a signed group: its signature must be
+    one verified earlier for this request and person, over this event's statement."""
+    seq = body["seq"]
+    if not isinstance(entry, dict) or not isinstance(entry.get("signature"), dict):
+        return ("missing_approver_signature", f"event {seq}: an approver counted for a "
+                "group that asks for a signature carries none")
+    subject, ref = str(entry.get("id")), entry["signature"]
+    review = verified.get((approval_id, subject))
+    if review is None:
+        return ("missing_approver_signature", f"event {seq}: no signed approval by "
+                f"{subject!r} of this request is recorded before it")
+    expected = review_statement(
+        tenant=str(body.get("tenant")), approval_id=approval_id, tool=str(body.get("tool")),
+        args_hash=str(body.get("args_hash")), decision="approved", policy=body.get("policy"),
+        reviewer=subject, time=str(ref.get("time")))
+    if (b64url(statement_digest(expected)) != ref.get("statement_digest")
+            or any(ref.get(k) != review.get(k) for k in _REF_MEMBERS)):
+        return ("bad_approver_signature", f"event {seq}: {subject!r}'s signature does not "
+                "describe this approval")
     return None
 
 

@@ -12,16 +12,12 @@ the browser's ``Accept-Language`` names a locale CLDR knows (:func:`negotiate`).
 
 from __future__ import annotations
 
+import copy
 from decimal import Decimal
 from functools import lru_cache
 
 from babel import Locale, UnknownLocaleError
-from babel.numbers import (
-    format_currency,
-    get_currency_precision,
-    get_currency_symbol,
-    parse_decimal,
-)
+from babel.numbers import get_currency_precision, get_currency_symbol, parse_decimal
 
 from cosigner.policy.display import is_currency
 
@@ -31,21 +27,42 @@ MAX_ACCEPT_LANGUAGE = 512
 MAX_RANGES = 12
 
 
+#: ISO 4217 minor units of the current codes where CLDR's ``digits`` (how many decimals
+#: people usually write, what babel's precision gives) differ from the standard: CLDR
+#: says 0 for all of these. The tool's "minor units" are ISO 4217's.
+ISO_MINOR_UNITS = {"IQD": 3, "AFN": 2, "ALL": 2, "IRR": 2, "KPW": 2, "LAK": 2, "LBP": 2,
+                   "MGA": 2, "MMK": 2, "RSD": 2, "SLL": 2, "SOS": 2, "SYP": 2, "YER": 2}
+#: ISO 4217 codes with no minor unit ("N.A.": metals, funds, test, no currency).
+NO_MINOR_UNIT = frozenset({"XAG", "XAU", "XBA", "XBB", "XBC", "XBD", "XDR", "XPD", "XPT",
+                           "XSU", "XTS", "XUA", "XXX"})
+
+
 def exponent(currency: str) -> int:
-    """ISO 4217 minor-unit exponent of ``currency`` (``EUR`` → 2, ``JPY`` → 0)."""
-    return int(get_currency_precision(currency))
+    """ISO 4217 minor-unit exponent of ``currency`` (``EUR`` → 2, ``JPY`` → 0, ``IQD`` → 3).
+
+    Raises:
+        ValueError: the code has no minor unit (:data:`NO_MINOR_UNIT`).
+    """
+    if currency in NO_MINOR_UNIT:
+        raise ValueError(f"{currency} has no minor unit")
+    return ISO_MINOR_UNITS.get(currency, int(get_currency_precision(currency)))
 
 
 def format_money(minor: int, currency: str, locale: str) -> str:
-    """``minor`` units of ``currency`` as locale text, every minor digit shown.
+    """``minor`` units of ``currency`` as locale text, every minor digit shown (exactly
+    :func:`exponent` decimals, whatever CLDR's display practice).
 
     ``format_money(135000, "EUR", "en_US") == "€1,350.00"``;
-    ``format_money(135000, "JPY", "en_US") == "¥135,000"``.
+    ``format_money(135000, "JPY", "en_US") == "¥135,000"``;
+    ``format_money(135001, "IQD", "en_US") == "IQD135.001"``.
     """
     digits = exponent(currency)
     major = Decimal(minor).scaleb(-digits)
-    return str(format_currency(major, currency, locale=locale, currency_digits=True,
-                               decimal_quantization=True))
+    loc = Locale.parse(locale)
+    pattern = copy.copy(loc.currency_formats["standard"])
+    pattern.frac_prec = (digits, digits)
+    return str(pattern.apply(major, loc, currency=currency, currency_digits=False,
+                             decimal_quantization=True))
 
 
 def minor_units(text: str, currency: str, locale: str) -> int:
@@ -102,6 +119,7 @@ def negotiate(accept_language: str, default: str) -> str:
 def money_text(minor: object, currency: object, locale: str) -> str | None:
     """The formatted amount, or ``None`` when the values are not an integer amount and an
     ISO 4217 code (then the page shows the raw value rather than guess)."""
-    if not isinstance(minor, int) or isinstance(minor, bool) or not is_currency(currency):
+    if (not isinstance(minor, int) or isinstance(minor, bool) or not is_currency(currency)
+            or currency in NO_MINOR_UNIT):
         return None
     return format_money(minor, str(currency), locale)

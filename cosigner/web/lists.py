@@ -117,7 +117,7 @@ async def history_page(deps: AppContext, caller: Caller, params: ListParams, *,
         statuses=(status,) if status else listing.DECIDED, tool=tool or None,
         decided_from=datetime.combine(since, time(), UTC) if since else None,
         decided_before=datetime.combine(until + timedelta(days=1), time(), UTC)
-        if until else None))
+        if until and until < date.max else None))  # 9999-12-31: no day after it
     filters = {"status": status, "tool": tool, "since": since.isoformat() if since else "",
                "until": until.isoformat() if until else ""}
     kept_filters = {k: v for k, v in filters.items() if v}

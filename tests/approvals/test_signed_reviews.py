@@ -216,3 +216,43 @@ async def test_a_slack_click_never_signs_even_with_an_assertion(scene: Scene) ->
     # The assertion was not used up by the refusal: fiona's own session still counts it.
     await reviews.review(scene.h.context, fiona, approval_id, decision="approved",
                          assertion=assertion)
+
+
+async def test_a_passkey_removed_while_its_review_is_checked_does_not_count(
+        scene: Scene, db_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The removal commits between the review reading the credential and using it: the
+    review must not count (else the log shows a review by a key removed before it, which
+    ``cosigner audit verify`` rightly reports as ``unknown_credential``)."""
+    if db_kind != "postgres":
+        pytest.skip("SQLite runs one writer at a time: no interleaving to test")
+    from cosigner.approvals import signatures
+
+    fiona = await scene.person("fiona", "finance")
+    key = await scene.register(fiona)
+    approval_id = await scene.decide()
+    assertion = await scene.sign(fiona, key, approval_id)
+    checked = signatures.check_assertion
+    ctx = scene.h.context
+
+    async def remove_now() -> None:
+        await passkeys.remove_credential(ctx.db, ctx.clock, fiona, key.id)
+
+    removal: list[Any] = []
+
+    def check_then_remove(*args: Any, **kw: Any) -> int:
+        import asyncio
+
+        removal.append(asyncio.get_running_loop().create_task(remove_now()))
+        return checked(*args, **kw)
+
+    monkeypatch.setattr(signatures, "check_assertion", check_then_remove)
+    real_take = signatures.challenges.take
+
+    async def take_after_removal(*args: Any, **kw: Any) -> Any:
+        await removal[0]  # the removal has committed before the review goes on
+        return await real_take(*args, **kw)
+
+    monkeypatch.setattr(signatures.challenges, "take", take_after_removal)
+    code = await refused(scene, fiona, approval_id, decision="approved", assertion=assertion)
+    assert code == "credential_removed"
+    assert (await scene.state(approval_id))["progress"][0]["approved"] == 0

@@ -136,3 +136,64 @@ def test_cli_names_the_fault_and_the_seq(export: Export, tmp_path: Path) -> None
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.startswith(f"FAULT bad_approver_signature at seq {review['seq']}:")
+
+
+def approved_event(records: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(r["body"] for r in records if r["kind"] == "event"
+                and r["body"]["type"] == "approval.approved")
+
+
+def test_deleted_signed_reviews_are_caught_at_the_approval(export: Export) -> None:
+    records, keys = export
+    # The insider deletes both signed reviews and keeps the approval (and its permit):
+    # the approval.approved event names approvers of groups that ask for a signature.
+    records[:] = [r for r in records if not (r["kind"] == "event" and r["body"]["type"]
+                                             == "approval.reviewed")]
+    lines = rechained(records)
+    report = check(lines, keys)
+    assert (report.fault, report.bad_seq) == ("missing_approver_signature",
+                                              approved_event(records)["seq"])
+
+
+def test_approval_of_other_arguments_than_were_signed_is_caught(export: Export) -> None:
+    records, keys = export
+    # The signed reviews stay intact; the approval (and the permit minted with it) now
+    # names other arguments than the approvers signed.
+    approved = approved_event(records)
+    approved["args_hash"] = "sha256:" + "cd" * 32
+    report = check(rechained(records), keys)
+    assert (report.fault, report.bad_seq) == ("bad_approver_signature", approved["seq"])
+
+
+def test_unsigned_approver_in_the_approval_is_caught(export: Export) -> None:
+    records, keys = export
+    approved = approved_event(records)
+    del approved["payload"]["approvers"][0]["signature"]
+    report = check(rechained(records), keys)
+    assert (report.fault, report.bad_seq) == ("missing_approver_signature", approved["seq"])
+
+
+def test_one_signed_approver_counted_twice_is_caught(export: Export) -> None:
+    records, keys = export
+    # count: 2 met by one person: the insider repeats fiona's signed entry in place of gus.
+    approved = approved_event(records)
+    approvers = approved["payload"]["approvers"]
+    approvers[1] = {**approvers[0]}
+    report = check(rechained(records), keys)
+    assert (report.fault, report.bad_seq) == ("bad_approver_signature", approved["seq"])
+
+
+def test_an_approver_moved_to_a_role_the_request_never_asked_is_caught(export: Export) -> None:
+    records, keys = export
+    # The insider strips fiona's signature and relabels her approval (review and approval)
+    # as counted for a role outside the requirement, where no signature is asked.
+    review = signed_reviews(records)[0]
+    del review["payload"]["signature"]
+    review["payload"]["role"] = "nobody"
+    approved = approved_event(records)
+    fiona = review["actor"]["subject"]
+    entry = next(a for a in approved["payload"]["approvers"] if a["id"] == fiona)
+    del entry["signature"]
+    entry["role"] = "nobody"
+    report = check(rechained(records), keys)
+    assert (report.fault, report.bad_seq) == ("missing_approver_signature", approved["seq"])

@@ -74,3 +74,24 @@ async def test_unsigned_approvers_fail_only_when_required(signed_permit: Any) ->
     with pytest.raises(ApproverSignatureError) as info:
         verify_approver_signatures(claims, keys, require=True)
     assert info.value.code == "signature_missing"
+
+
+async def test_required_signatures_refuse_a_permit_naming_no_approver(
+        signed_permit: Any) -> None:
+    claims, keys = signed_permit
+    # Whoever holds the server's permit key can mint a permit with no approvers at all:
+    # "every approver signed" must not be vacuously true.
+    for approvers in ([], None):
+        claims["approvers"] = approvers
+        with pytest.raises(ApproverSignatureError) as info:
+            verify_approver_signatures(claims, keys, require=True)
+        assert info.value.code == "signature_missing"
+
+
+async def test_one_person_named_twice_counts_once_at_most(signed_permit: Any) -> None:
+    claims, keys = signed_permit
+    # A minted permit repeating fiona's (valid) signed entry must not read as two approvers.
+    claims["approvers"] = [claims["approvers"][0], dict(claims["approvers"][0])]
+    with pytest.raises(ApproverSignatureError) as info:
+        verify_approver_signatures(claims, keys, require=True)
+    assert (info.value.code, info.value.approver) == ("bad_approver_signature", "fiona")

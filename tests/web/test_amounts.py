@@ -71,3 +71,26 @@ def test_the_locale_comes_from_accept_language_when_cldr_knows_it() -> None:
     assert amounts.negotiate("en;q=0.2, de;q=0.9", "en_US") == "de"
     assert amounts.negotiate("*, zz;q=0", "en_GB") == "en_GB"
     assert amounts.negotiate("de;q=abc, " + "x" * 5000, "en_US") == "en_US"
+
+
+@pytest.mark.parametrize(("minor", "currency", "shown"), [
+    # CLDR's display "digits" are 0 for these, but ISO 4217 (what "minor units" means to
+    # the tool and in the README) says 3 (IQD: fils) and 2 (RSD: para, ALL: qindarka).
+    (135001, "IQD", "IQD135.001"),
+    (135000, "RSD", "RSD1,350.00"),
+    (135000, "ALL", "ALL1,350.00"),
+    (1234567, "KWD", "KWD1,234.567"),
+])
+def test_the_exponent_is_iso_4217_not_cldr_display_digits(minor: int, currency: str,
+                                                          shown: str) -> None:
+    assert amounts.money_text(minor, currency, "en_US") == shown
+    assert amounts.minor_units(shown, currency, "en_US") == minor
+
+
+@pytest.mark.parametrize("currency", ["XAU", "XDR", "XXX", "XTS"])
+def test_a_code_without_minor_units_is_shown_raw(currency: str) -> None:
+    # ISO 4217 gives these no minor unit: any exponent would be a guess.
+    assert amounts.money_text(135000, currency, "en_US") is None
+    field = views.summary({"amount_minor": 135000, "currency": currency},
+                          {"/amount_minor": EUR_FIELD}, "en_US")[0]
+    assert field["money"] is False and field["text"] == "135000"

@@ -338,3 +338,33 @@ async def test_a_page_reads_a_bounded_number_of_rows_and_goes_on_from_there(
         assert nxt is not None
         second = (await client.get(nxt)).text
     assert sorted(_rows(second)) == sorted(reviewable)
+
+
+
+async def test_the_last_day_of_the_calendar_is_a_valid_until(harness: Any, tenant: str) -> None:
+    async with _signed_in(harness, tenant, "olive", "admin") as client:
+        for path in ("/ui/history?until=9999-12-31",
+                     "/ui/history?since=0001-01-01&until=0001-01-01"):
+            response = await client.get(path)
+            assert response.status_code == 200, (path, response.text[:300])
+
+
+async def test_forged_cursors_are_read_leniently(harness: Any, tenant: str) -> None:
+    import base64
+    import json
+
+    def cursor(sort: str, desc: bool, value: str) -> str:
+        raw = json.dumps({"s": sort, "d": desc, "v": value, "i": "z", "b": False}).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    mine = await _open_many(harness, tenant, 2)
+    async with _signed_in(harness, tenant, "olive", "admin") as client:
+        # Out of the database's range once in UTC: not "the database is unavailable" (503).
+        for path in ("/ui?cursor=" + cursor("expires", False, "0001-01-01T00:00:00+05:00"),
+                     "/ui?cursor=" + cursor("created", True, "9999-12-31T23:59:59-05:00"),
+                     "/ui/history?cursor=" + cursor("decided", True, "2026-01-01")):
+            response = await client.get(path)
+            assert response.status_code == 200, (path, response.text[:300])
+        inbox = (await client.get("/ui?cursor=" + cursor("expires", False,
+                                                         "2000-01-01T00:00:00"))).text
+    assert sorted(_rows(inbox)) == sorted(mine)  # a naive time is read as UTC

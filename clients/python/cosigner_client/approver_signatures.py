@@ -85,13 +85,21 @@ def verify_approver_signatures(claims: Mapping[str, Any], keys: Mapping[str, Any
                                require: bool = False) -> list[str]:
     """Check every signed approver of a permit's (already verified) ``claims``.
 
-    Returns the subjects whose signatures verified. ``require``: every approver must be
-    signed. Raises :class:`ApproverSignatureError` on the first that does not verify.
+    Returns the subjects whose signatures verified (each once: a permit naming a signed
+    approver twice is ``bad_approver_signature``). ``require``: every approver must be
+    signed, and there must be at least one (a permit naming no approver is
+    ``signature_missing``). Raises :class:`ApproverSignatureError` on the first that does
+    not verify.
     """
     verified: list[str] = []
     by_kid = {k.get("kid"): k for k in keys.get("keys", []) if isinstance(k, Mapping)}
+    if require and not claims.get("approvers"):
+        raise ApproverSignatureError("signature_missing", "", "the permit names no approver")
     for approver in claims.get("approvers") or []:
         subject = str(approver.get("id"))
+        if subject in verified:  # the server names each person once (one person, one count)
+            raise ApproverSignatureError("bad_approver_signature", subject,
+                                         "the permit names this approver twice")
         signed = approver.get("signature")
         if signed is None:
             if require:
