@@ -95,3 +95,19 @@ async def test_one_person_named_twice_counts_once_at_most(signed_permit: Any) ->
     with pytest.raises(ApproverSignatureError) as info:
         verify_approver_signatures(claims, keys, require=True)
     assert (info.value.code, info.value.approver) == ("bad_approver_signature", "fiona")
+
+
+@pytest.mark.parametrize("shape", ["approvers-not-a-list", "entry-not-an-object",
+                                   "signature-not-an-object"])
+async def test_a_malformed_approvers_claim_fails_with_the_check_not_a_crash(
+        signed_permit: Any, shape: str) -> None:
+    claims, keys = signed_permit
+    entry = dict(claims["approvers"][0])
+    claims["approvers"] = {
+        "approvers-not-a-list": {"0": entry},
+        "entry-not-an-object": ["fiona"],
+        "signature-not-an-object": [entry | {"signature": "c2lnbmF0dXJl"}],
+    }[shape]
+    with pytest.raises(ApproverSignatureError) as info:
+        verify_approver_signatures(claims, keys, require=True)
+    assert info.value.code == "bad_approver_signature"

@@ -95,7 +95,13 @@ def verify_approver_signatures(claims: Mapping[str, Any], keys: Mapping[str, Any
     by_kid = {k.get("kid"): k for k in keys.get("keys", []) if isinstance(k, Mapping)}
     if require and not claims.get("approvers"):
         raise ApproverSignatureError("signature_missing", "", "the permit names no approver")
-    for approver in claims.get("approvers") or []:
+    approvers = claims.get("approvers") or []
+    if not isinstance(approvers, list):
+        raise ApproverSignatureError("bad_approver_signature", "", "approvers is not a list")
+    for approver in approvers:
+        if not isinstance(approver, Mapping):
+            raise ApproverSignatureError("bad_approver_signature", "",
+                                         "an approvers entry is not an object")
         subject = str(approver.get("id"))
         if subject in verified:  # the server names each person once (one person, one count)
             raise ApproverSignatureError("bad_approver_signature", subject,
@@ -105,6 +111,9 @@ def verify_approver_signatures(claims: Mapping[str, Any], keys: Mapping[str, Any
             if require:
                 raise ApproverSignatureError("signature_missing", subject, "not signed")
             continue
+        if not isinstance(signed, Mapping):
+            raise ApproverSignatureError("bad_approver_signature", subject,
+                                         "the signature is not an object")
         key = by_kid.get(signed.get("credential_id"))
         if key is None or key.get("sub") != subject:
             raise ApproverSignatureError("unknown_credential", subject,
