@@ -34,9 +34,7 @@ SERVED = [
     ("PyYAML", ["yaml"]),
     ("prometheus_client", ["prometheus_client"]),
     ("argon2-cffi", ["argon2"]),
-    ("jinja2", ["jinja2"]),
     ("babel.numbers", ["babel.numbers"]),
-    ("slack_sdk.signature", ["slack_sdk.signature"]),
     ("opentelemetry API", ["opentelemetry.trace"]),
     ("python-multipart", ["python_multipart"]),
     ("the rest of cosigner.app", ["cosigner.app"]),
@@ -52,6 +50,8 @@ OPTIONAL = [
                                                       "slack_sdk.web.async_client"]),
     ("httpx + Authlib (OIDC sign-in)", ["httpx", "authlib.integrations.httpx_client"]),
     ("webauthn (passkey routes)", ["webauthn"]),
+    ("jinja2 (first page rendered)", ["jinja2"]),
+    ("slack_sdk.signature (first Slack request)", ["slack_sdk.signature"]),
     ("httpx (webhook delivery)", ["httpx"]),
     ("alembic + mako (migration, in a child)", ["cosigner.db.migrate"]),
 ]
