@@ -115,10 +115,10 @@ class HotRoutes:
         if self._routes is None:
             self._routes = {r.path: r for r in (*decisions_routes.router.routes,
                                                 *permits_routes.router.routes)
-                            if isinstance(r, APIRoute) and "POST" in r.methods}
+                            if isinstance(r, APIRoute) and "POST" in (r.methods or ())}
             self._routes[_APPROVAL_TEMPLATE] = next(
                 r for r in approvals_routes.router.routes if isinstance(r, APIRoute)
-                and r.path == _APPROVAL_TEMPLATE and "GET" in r.methods)
+                and r.path == _APPROVAL_TEMPLATE and "GET" in (r.methods or ()))
         return self._routes.get(path)
 
     async def _serve_read(self, scope: Scope, receive: Receive, send: Send,
