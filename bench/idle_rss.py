@@ -3,9 +3,10 @@
 Starts one server on a fresh SQLite database with only ``policies/`` as bundle dir (the
 Python-rule bundle ``refunds``; no Rego), waits for ``/healthz``, lets it settle and
 prints VmRSS, whether ``regopy`` (rego-cpp) is mapped into the process, and VmRSS again
-after 200 allow decisions::
+after 200 allow decisions. ``--floor`` also starts the bare FastAPI floor
+(``bench/floor_app.py``, served the same way) and prints its idle VmRSS::
 
-    .venv/bin/python bench/idle_rss.py [--settle 3]
+    .venv/bin/python bench/idle_rss.py [--settle 3] [--floor]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.servers import ROOT, CosignerDeployment  # noqa: E402
+from bench.servers import ROOT, CosignerDeployment, FloorDeployment  # noqa: E402
 
 
 def mapped(pid: int, needle: str) -> bool:
@@ -32,7 +33,17 @@ def mapped(pid: int, needle: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settle", type=float, default=3.0, help="seconds before reading")
+    parser.add_argument("--floor", action="store_true", help="also the bare FastAPI floor")
     args = parser.parse_args()
+    if args.floor:
+        floor = FloorDeployment("idle-rss-floor")
+        try:
+            floor.prepare()
+            floor.start()
+            time.sleep(args.settle)
+            print(f"floor (bare FastAPI + uvicorn) idle RSS {floor.rss_mb():.1f} MB")
+        finally:
+            floor.cleanup()
     deployment = CosignerDeployment("idle-rss", tenant="bench")
     try:
         deployment.prepare()

@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from cosigner.core.settings import Settings
 
 ORDER_ID = "ord_8472"
@@ -167,6 +165,8 @@ def local_server(settings: Settings, tenant: str) -> Iterator[tuple[str, dict[st
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+    import httpx  # here, not at the top: `cosigner serve` imports this module
+
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -186,6 +186,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
 
 def play(url: str, keys: dict[str, str], *, interactive: bool = False) -> int:
     """Play the refund run against ``url``; returns the exit code (0 = every expectation)."""
+    import httpx
     from cosigner_client import Gate
 
     story = Story()
@@ -271,6 +272,8 @@ def play(url: str, keys: dict[str, str], *, interactive: bool = False) -> int:
 
 
 def _verify_audit(url: str, auditor_key: str, story: Story) -> None:
+    import httpx
+
     from cosigner.audit.verify import verify_export
 
     headers = {"Authorization": f"Bearer {auditor_key}"}

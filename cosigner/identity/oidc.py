@@ -31,16 +31,18 @@ import asyncio
 import hmac
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-from authlib.integrations.httpx_client import AsyncOAuth2Client
 from joserfc import jws, jwt
 from joserfc.errors import BadSignatureError, JoseError
 from joserfc.jwk import KeySet
 
 from cosigner.core.errors import SignInRefused
 from cosigner.core.settings import OidcProvider
+
+if TYPE_CHECKING:  # httpx and Authlib load on the first sign-in, not with the app
+    import httpx
+    from authlib.integrations.httpx_client import AsyncOAuth2Client
 
 #: Discovery documents and key sets are refetched after this long (s).
 METADATA_TTL_S = 3600
@@ -106,10 +108,14 @@ class OidcClients:
         self._locks: dict[str, asyncio.Lock] = {}
 
     def _http(self) -> httpx.AsyncClient:
+        import httpx
+
         return httpx.AsyncClient(transport=self._transport, timeout=HTTP_TIMEOUT_S,
                                  follow_redirects=False)
 
     async def _get_json(self, url: str) -> dict[str, Any]:
+        import httpx
+
         try:
             async with self._http() as http:
                 response = await http.get(url, headers={"Accept": "application/json"})
@@ -175,6 +181,8 @@ class OidcClients:
             return keys
 
     def _client(self, provider: OidcProvider, redirect_uri: str) -> AsyncOAuth2Client:
+        from authlib.integrations.httpx_client import AsyncOAuth2Client
+
         return AsyncOAuth2Client(
             client_id=provider.client_id,
             client_secret=provider.client_secret.get_secret_value(),

@@ -12,10 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
-from slack_sdk.web.async_client import AsyncWebClient
-
 from cosigner.core.settings import Settings
 
 #: Seconds one Web API call may take.
@@ -54,6 +50,11 @@ class SlackApi:
         Raises:
             SlackCallFailed: ``ok: false``, an HTTP error, a timeout or no connection.
         """
+        # The SDK and aiohttp (~12 MB) load on a tenant's first Slack call, not with the app.
+        import aiohttp
+        from slack_sdk.errors import SlackApiError, SlackClientError
+        from slack_sdk.web.async_client import AsyncWebClient
+
         client = AsyncWebClient(token=self.token, base_url=self.base_url,
                                 timeout=TIMEOUT_S, retry_handlers=[])
         try:

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from slack_sdk.signature import Clock as SlackClock
-from slack_sdk.signature import SignatureVerifier
-
 from cosigner.core.clock import Clock
 from cosigner.core.settings import Settings
 
@@ -29,14 +26,6 @@ class SlackRefused(Exception):
     def __init__(self, code: str, detail: str, *, status: int = 401) -> None:
         super().__init__(detail)
         self.code, self.detail, self.status = code, detail, status
-
-
-class _Clock(SlackClock):
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-
-    def now(self) -> float:
-        return self._clock().timestamp()
 
 
 def verified_tenants(settings: Settings, clock: Clock, body: bytes,
@@ -59,7 +48,15 @@ def verified_tenants(settings: Settings, clock: Clock, body: bytes,
     except UnicodeDecodeError:
         raise SlackRefused("slack_bad_signature", "the request signature does not match"
                            ) from None
-    slack_clock = _Clock(clock)
+    # slack_sdk loads with the first Slack request, not with the app (idle memory)
+    from slack_sdk.signature import Clock as SlackClock
+    from slack_sdk.signature import SignatureVerifier
+
+    class AppClock(SlackClock):
+        def now(self) -> float:
+            return clock().timestamp()
+
+    slack_clock = AppClock()
     tenants = [tenant for tenant, workspace in sorted(settings.slack.items())
                if SignatureVerifier(workspace.signing_secret.get_secret_value(), slack_clock)
                .is_valid(body, timestamp, signature)]

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 TEMPLATES = Path(__file__).parent / "templates"
 
 
 @lru_cache(maxsize=1)
 def environment() -> Environment:
+    """The template environment, made (and Jinja2 imported) when the first page renders."""
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
     return Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True,
                        undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 

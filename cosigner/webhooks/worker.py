@@ -13,9 +13,8 @@ import asyncio
 import logging
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from sqlalchemy import or_, select, update
 
 from cosigner.core.clock import Clock, numeric_date
@@ -26,6 +25,9 @@ from cosigner.db.database import Database
 from cosigner.db.tables_web import webhook_attempts, webhook_deliveries
 from cosigner.webhooks import signing
 from cosigner.webhooks.outbox import Backlog, targets
+
+if TYPE_CHECKING:  # httpx (~5 MB) loads on the first delivery, not with the app
+    import httpx
 
 log = logging.getLogger("cosigner.webhooks")
 
@@ -50,8 +52,8 @@ class WebhookWorker:
                  backlog: Backlog | None = None) -> None:
         self._db, self._settings, self._clock, self._poll_s = db, settings, clock, poll_s
         self.backlog = backlog or Backlog(settings.webhook_backlog_max)
-        self._client = httpx.AsyncClient(timeout=TIMEOUT_S, transport=transport,
-                                         follow_redirects=False)
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None  # made on the first delivery
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -69,7 +71,9 @@ class WebhookWorker:
 
     async def stop(self) -> None:
         await self.stop_loop()
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     async def _loop(self) -> None:
         while True:
@@ -128,6 +132,11 @@ class WebhookWorker:
                        "cosigner-event": row.event_type, "cosigner-delivery": row.id,
                        signing.HEADER: signing.sign(secret, body,
                                                     timestamp=numeric_date(self._clock()))}
+            import httpx
+
+            if self._client is None:
+                self._client = httpx.AsyncClient(timeout=TIMEOUT_S, transport=self._transport,
+                                                 follow_redirects=False)
             try:
                 response = await self._client.post(row.url, content=body, headers=headers)
                 status_code = response.status_code
