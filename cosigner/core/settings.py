@@ -231,6 +231,10 @@ class Settings(BaseSettings):
     #: Lifetime of a one-time Slack link URL (s), and how often Slack messages are synced.
     slack_link_ttl_s: int = Field(default=600, ge=60, le=86_400)
     slack_poll_s: float = Field(default=2.0, gt=0, le=60)
+    #: A Slack click acts only for a person whose last web sign-in (single sign-on or
+    #: password) is younger than this (s); older, they are sent to sign in again, which
+    #: confirms their roles at the provider. Default: ``session_max_age_s``.
+    slack_signin_max_age_s: int | None = Field(default=None, ge=60)
 
     #: Single sign-on per tenant (:class:`OidcProvider`), e.g.
     #: ``COSIGNER_OIDC='{"acme": {"issuer": "https://idp.example", "client_id": "cosigner",
@@ -288,6 +292,11 @@ class Settings(BaseSettings):
         if value is not None:
             decode_kek(value.get_secret_value())
         return value
+
+    @property
+    def slack_signin_max_age(self) -> int:
+        """``slack_signin_max_age_s``, or ``session_max_age_s`` when unset (s)."""
+        return self.slack_signin_max_age_s or self.session_max_age_s
 
     @model_validator(mode="after")
     def _activation_after_poll(self) -> Settings:

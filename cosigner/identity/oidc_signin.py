@@ -16,7 +16,8 @@ roles ``role_map`` gives the token's ``roles_claim`` at every sign-in; a token g
 is refused (``oidc_no_role``), and an existing principal then loses its roles and
 sessions. Events, in the tenant's chain: ``principal.created`` / ``principal.updated``
 (roles changed), ``web.signed_in`` (with ``authn``) and ``web.signin_refused``
-(:func:`record_refusal`).
+(:func:`record_refusal`). A sign-in sets ``principals.last_signed_in_at`` (the freshness
+a Slack click needs, :mod:`cosigner.slack.links`).
 """
 
 from __future__ import annotations
@@ -220,6 +221,8 @@ async def _upsert(db: Database, tenant: str, subject: str, spelt: str, roles: li
                                     payload={"principal_id": row.id, "subject": subject,
                                              "roles": roles, "previous_roles":
                                              sorted(row.roles), "source": "oidc"}))
+        await conn.execute(principals.update().where(principals.c.id == principal_id)
+                           .values(last_signed_in_at=now))
         events.append(Event(type="web.signed_in", actor={**who, "principal_id": principal_id},
                             principal=subject,
                             payload={"method": "oidc", "issuer": provider.issuer,

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from cosigner.core.errors import CosignerError
 from cosigner.slack import blocks
@@ -67,6 +68,21 @@ def approved_text(state: dict[str, Any]) -> str:
     groups = ", ".join(f"{g['role']} {g['approved']}/{g['count']}"
                        for g in state.get("progress") or [])
     return f"Your approval counts. Still needed: {groups}."
+
+
+def signin_url(public_url: str, tenant: str, approval_id: str, *, sso: bool) -> str:
+    """Where a person whose last sign-in is too old signs in again, then lands on the
+    request: the tenant's single sign-on when it has one, else the sign-in page."""
+    next_path = f"/ui/approvals/{approval_id}" if approval_id else "/ui"
+    path = "/ui/oidc/start" if sso else "/ui/login"
+    return f"{public_url.rstrip('/')}{path}?" + urlencode({"tenant": tenant,
+                                                          "next": next_path})
+
+
+def signin_stale_text(url: str) -> str:
+    return ("Not recorded: you have not signed in to Cosigner recently, so your roles "
+            f"cannot be confirmed. <{url}|Sign in to Cosigner>, then click again. "
+            "(slack_signin_stale)")
 
 
 def link_text(url: str, ttl_s: int) -> str:

@@ -9,7 +9,10 @@ Order of checks, each refusal answered and recorded before anything else happens
    tenant whose secret verified it; otherwise 403 ``slack_unknown_team``, logged in the
    ``_system`` chain (the sender held a signing secret: it is Slack, or has its secret).
 3. **Person**: the Slack user's link in *that* tenant (:mod:`cosigner.slack.links`);
-   unlinked, they get a one-time link URL; a disabled principal is refused.
+   unlinked, they get a one-time link URL; a disabled principal is refused, and so is one
+   whose last web sign-in is older than ``settings.slack_signin_max_age`` (code
+   ``slack_signin_stale``: they get a sign-in link, and signing in confirms their roles
+   at the identity provider).
 4. **Review**: :func:`cosigner.approvals.reviews.review`, the function of the API and the
    pages, with a :class:`Caller` for the linked principal (``authn`` ``slack``): every
    separation-of-duties rule, tenant check and quorum applies and it logs its own events.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -154,14 +158,20 @@ async def _reject_submitted(deps: AppContext, api: SlackApi, tenant: str, user: 
 async def _linked(deps: AppContext, tenant: str, user: SlackUser, action: str,
                   approval_id: str, say: Say) -> Caller | Answer:
     """The linked :class:`Caller`, or the :class:`Answer` for an unlinked or disabled one."""
+    provider = deps.settings.oidc.get(tenant)
+    now = deps.clock()
     try:
-        provider = deps.settings.oidc.get(tenant)
         caller = await links.caller_for(
             deps.db, tenant, user,
+            signed_in_after=now - timedelta(seconds=deps.settings.slack_signin_max_age),
             passwords_allowed=provider is None or provider.allow_passwords)
     except Forbidden as exc:
         await _record(deps, tenant, user.actor(), exc.code, user, action=action,
                       approval_id=approval_id)
+        if exc.code == "slack_signin_stale":
+            url = answers.signin_url(deps.settings.public_url, tenant, approval_id,
+                                     sso=provider is not None)
+            return Answer(followups=[say(answers.signin_stale_text(url))])
         return Answer(followups=[say(answers.REFUSALS["principal_disabled"])])
     if caller is not None:
         return caller

@@ -8,7 +8,9 @@ pages, it shows what will be linked; the confirming POST (CSRF-checked by the pa
 calls :func:`confirm`, which spends the token and stores (tenant, team, user) → principal,
 logged ``slack.linked``. A link belongs to its tenant: :func:`caller_for` only ever reads
 the link of the tenant the click was verified for, and builds the :class:`Caller` from the
-principal's *current* row (roles; a disabled principal is refused).
+principal's *current* row (roles; a disabled principal is refused), and only while the
+principal's last web sign-in is recent (``settings.slack_signin_max_age``: roles a single
+sign-on gave are confirmed at the provider only when the person signs in).
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ async def confirm(db: Database, caller: Caller, token: str, *, now: datetime) ->
 
 
 async def caller_for(db: Database, tenant: str, user: SlackUser, *,
+                     signed_in_after: datetime,
                      passwords_allowed: bool = True) -> Caller | None:
     """The :class:`Caller` of ``user``'s link in ``tenant`` (``authn`` ``slack``, roles
     as stored now), or ``None`` when the user is not linked in this tenant — or is linked
@@ -133,13 +136,21 @@ async def caller_for(db: Database, tenant: str, user: SlackUser, *,
     ``allow_passwords`` was switched off after the link was made: the link is void, and
     a new one can only be confirmed by a single sign-on session).
 
+    ``signed_in_after``: the principal's last web sign-in
+    (``principals.last_signed_in_at``) must be later. Roles from single sign-on are
+    refreshed only at a sign-in, so a person removed from their groups at the provider,
+    or deprovisioned there, keeps no authority in Slack past this; a link whose principal
+    never signed in since migration 0018 (``NULL``) is stale too.
+
     Raises:
-        Forbidden: ``principal_disabled`` — the linked principal is disabled.
+        Forbidden: ``principal_disabled`` — the linked principal is disabled;
+            ``slack_signin_stale`` — its last sign-in is not after ``signed_in_after``.
     """
     async with db.read() as conn:
         row = (await conn.execute(
             select(principals.c.id, principals.c.tenant, principals.c.subject,
-                   principals.c.roles, principals.c.disabled, principals.c.password_hash)
+                   principals.c.roles, principals.c.disabled, principals.c.password_hash,
+                   principals.c.last_signed_in_at)
             .join(slack_links, slack_links.c.principal_id == principals.c.id)
             .where(slack_links.c.tenant == tenant, slack_links.c.team_id == user.team_id,
                    slack_links.c.user_id == user.user_id,
@@ -148,5 +159,8 @@ async def caller_for(db: Database, tenant: str, user: SlackUser, *,
         return None
     if row.disabled:
         raise Forbidden("the linked Cosigner principal is disabled", code="principal_disabled")
+    if row.last_signed_in_at is None or _aware(row.last_signed_in_at) <= signed_in_after:
+        raise Forbidden("the linked principal has not signed in to Cosigner recently",
+                        code="slack_signin_stale")
     return Caller(tenant=row.tenant, principal_id=row.id, subject=row.subject,
                   roles=frozenset(row.roles), kind="user", authn=SLACK_AUTHN)

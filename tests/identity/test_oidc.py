@@ -252,3 +252,29 @@ async def test_a_slow_key_set_of_one_provider_does_not_hold_up_another() -> None
     finally:
         release.set()
         await stuck
+
+
+async def test_every_sign_in_records_when_it_happened(db: Database, tenant: str) -> None:
+    """``principals.last_signed_in_at`` is the freshness a Slack click needs: a single
+    sign-on sets it, a later one moves it (the roles were confirmed at the provider)."""
+    from sqlalchemy import select
+
+    from cosigner.core.clock import FrozenClock
+    from cosigner.db.tables import principals
+
+    clock = FrozenClock(datetime(2026, 12, 1, 6, 0, tzinfo=UTC))
+    token = IdToken({"sub": "fresh-1", "groups": ["fin"]})
+
+    async def stamp() -> datetime:
+        async with db.read() as conn:
+            value = (await conn.execute(select(principals.c.last_signed_in_at).where(
+                principals.c.tenant == tenant))).scalar_one()
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+    await oidc_signin.sign_in(db, tenant=tenant, provider=settings(), token=token,
+                              clock=clock)
+    assert await stamp() == clock()
+    clock.advance(hours=5)
+    await oidc_signin.sign_in(db, tenant=tenant, provider=settings(), token=token,
+                              clock=clock)
+    assert await stamp() == clock()

@@ -5,7 +5,7 @@ signed changes nothing."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -28,7 +28,7 @@ from tests.slack.conftest import (
     slack_app,
     workspace,
 )
-from tests.slack.standin import SlackStandIn
+from tests.slack.standin import CHANNEL_ID, SlackStandIn
 from tests.web.conftest import add_user, csrf_of, refund_request, sign_in, web_client
 
 
@@ -303,3 +303,77 @@ async def test_a_password_account_link_is_void_once_passwords_are_switched_off(
     assert "/ui/slack/link/" in ephemerals(slack, "U0FIONA")[-1]
     codes = [e["payload"]["code"] for e in await _events(h, tenant, "slack.interaction_refused")]
     assert codes[-1] == "slack_not_linked"
+
+
+async def _signed_in_at(h: Any, tenant: str, name: str, when: datetime | None) -> None:
+    from cosigner.db.tables import principals
+
+    async with h.db.transaction() as conn:
+        await conn.execute(update(principals).where(
+            principals.c.tenant == tenant, principals.c.subject == name).values(
+            last_signed_in_at=when))
+
+
+async def test_a_link_acts_only_while_its_person_signed_in_recently(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    """Roles from single sign-on are refreshed only at a sign-in: a link whose person has
+    not signed in for longer than ``slack_signin_max_age_s`` (default: the web session's
+    maximum age, 12 h) approves, rejects and submits nothing; the person is sent to sign
+    in, and once they have, the click works."""
+    h = await slack_app(harness_factory, slack, tenant)
+    approval_id, _ = await _open(h, tenant)
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    now = h.context.clock()
+    # Signed in 12 h and 1 s ago; and a link older than migration 0018 (never recorded).
+    for when in (now - timedelta(hours=12, seconds=1), None):
+        await _signed_in_at(h, tenant, "fiona", when)
+        before = len(slack.of("views.open"))
+        for action in ("cosigner_approve", "cosigner_reject"):
+            answer = await post(h, click(action, approval_id, user="U0FIONA"))
+            assert answer.status_code == 200 and answer.content == b""
+            text = ephemerals(slack, "U0FIONA")[-1]
+            assert "slack_signin_stale" in text
+            assert f"/ui/login?tenant={tenant}&next=%2Fui%2Fapprovals%2F{approval_id}|" \
+                in text
+        assert len(slack.of("views.open")) == before  # no reject modal either
+        # A reject modal opened before the sign-in went stale submits nothing.
+        modal = {"callback_id": "cosigner_reject", "type": "modal",
+                 "private_metadata": json.dumps({"approval_id": approval_id,
+                                                 "channel": CHANNEL_ID})}
+        submitted = await post(h, reject_submission(modal, "not ok", user="U0FIONA"))
+        assert submitted.json()["response_action"] == "errors"
+        assert await _status(h, approval_id) == "pending"
+    refused = [(e["payload"]["code"], e["payload"]["action"], e["subject"]["approval_id"])
+               for e in await _events(h, tenant, "slack.interaction_refused")]
+    assert refused[-6:] == [("slack_signin_stale", action, approval_id) for action in (
+        "cosigner_approve", "cosigner_reject", "view_submission") * 2]
+    assert not await _events(h, tenant, "approval.reviewed")
+
+    # Just inside the window it acts (the reject modal opens) ...
+    await _signed_in_at(h, tenant, "fiona", now - timedelta(hours=11, minutes=59))
+    assert (await post(h, click("cosigner_reject", approval_id, user="U0FIONA"))
+            ).status_code == 200
+    assert len(slack.of("views.open")) == 1
+    # ... and after a stale spell, signing in on the web makes the link act again.
+    await _signed_in_at(h, tenant, "fiona", None)
+    async with web_client(h) as client:
+        assert (await sign_in(client, tenant, "fiona")).status_code == 303
+    answer = await post(h, click("cosigner_approve", approval_id, user="U0FIONA"))
+    assert answer.status_code == 200 and await _status(h, approval_id) == "approved"
+
+
+async def test_a_stale_single_sign_on_link_is_sent_to_the_identity_provider(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    """With single sign-on the sign-in link starts it (which maps the groups again), and
+    the maximum age is a setting of its own."""
+    sso = {"issuer": "http://127.0.0.1:9/", "client_id": "cosigner", "client_secret": "s",
+           "role_map": {"fin": ["finance"]}}
+    h = await slack_app(harness_factory, slack, tenant, oidc={tenant: sso},
+                        slack_signin_max_age_s=600)
+    approval_id, _ = await _open(h, tenant)
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    await _signed_in_at(h, tenant, "fiona", h.context.clock() - timedelta(seconds=601))
+    assert (await post(h, click("cosigner_approve", approval_id, user="U0FIONA"))
+            ).status_code == 200
+    assert await _status(h, approval_id) == "pending"
+    assert f"/ui/oidc/start?tenant={tenant}&next=" in ephemerals(slack, "U0FIONA")[-1]
