@@ -4,6 +4,8 @@ signed changes nothing."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -377,3 +379,61 @@ async def test_a_stale_single_sign_on_link_is_sent_to_the_identity_provider(
             ).status_code == 200
     assert await _status(h, approval_id) == "pending"
     assert f"/ui/oidc/start?tenant={tenant}&next=" in ephemerals(slack, "U0FIONA")[-1]
+
+
+async def test_signed_payloads_of_odd_shapes_are_a_clean_400(
+        harness_factory: Any, tenant: str, slack: SlackStandIn, caplog: Any) -> None:
+    """Whatever shape a signed body has, a field of the wrong type is 400
+    ``slack_bad_payload`` (logged), never a server error, and changes nothing."""
+    import logging
+
+    h = await slack_app(harness_factory, slack, tenant)
+    approval_id, _ = await _open(h, tenant)
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    good = click("cosigner_approve", approval_id, user="U0FIONA")
+    modal = {"callback_id": "cosigner_reject", "type": "modal",
+             "private_metadata": json.dumps({"approval_id": approval_id})}
+    submitted = reject_submission(modal, "no", user="U0FIONA")
+    shapes: dict[str, Any] = {
+        "channel as a string": {**good, "channel": CHANNEL_ID},
+        "actions an object": {**good, "actions": good["actions"][0]},
+        "actions a string": {**good, "actions": "cosigner_approve"},
+        "actions empty": {**good, "actions": []},
+        "an action a list": {**good, "actions": [["cosigner_approve"]]},
+        "action value an object": {**good, "actions": [{**good["actions"][0],
+                                                        "value": {"id": approval_id}}]},
+        "no user": {k: v for k, v in good.items() if k != "user"},
+        "user a string": {**good, "user": "U0FIONA"},
+        "user id a number": {**good, "user": {**good["user"], "id": 42}},
+        "team a list": {**good, "team": ["T0ACME"]},
+        "payload a list": [good],
+        "payload a string": "block_actions",
+        "view without state": {**submitted, "view": {
+            k: v for k, v in submitted["view"].items() if k != "state"}},
+        "view a string": {**submitted, "view": "V0MODAL1"},
+        "state values a list": {**submitted, "view": {**submitted["view"],
+                                                      "state": {"values": []}}},
+        "reason field a string": {**submitted, "view": {**submitted["view"], "state": {
+            "values": {"reason": {"reason": "no"}}}}},
+    }
+    caplog.set_level(logging.WARNING, logger="cosigner.slack")
+    for name, shape in shapes.items():
+        answer = await post(h, shape)
+        assert answer.status_code == 400, (name, answer.status_code, answer.text)
+        assert answer.headers["content-type"].startswith("application/problem+json"), name
+        assert answer.json()["code"] == "slack_bad_payload", name
+    refusals = [r for r in caplog.records if "slack_bad_payload" in r.getMessage()]
+    assert len(refusals) == len(shapes)
+    # A form body without a payload field, or with one that is not JSON.
+    for raw in (b"other=1", b"payload=%7Bnot-json"):
+        _, headers = signed({}, at=h.context.clock().timestamp())
+        ts = headers["x-slack-request-timestamp"]
+        headers["x-slack-signature"] = "v0=" + hmac.new(
+            SIGNING_SECRET.encode(), f"v0:{ts}:".encode() + raw, hashlib.sha256).hexdigest()
+        answer = await h.client.post("/v1/slack/interactions", content=raw, headers=headers)
+        assert (answer.status_code, answer.json()["code"]) == (400, "slack_bad_payload")
+    assert await _status(h, approval_id) == "pending"
+    assert not await _events(h, tenant, "approval.review_refused")
+    # The well-formed click still works.
+    assert (await post(h, good)).status_code == 200
+    assert await _status(h, approval_id) == "approved"
