@@ -437,3 +437,21 @@ async def test_signed_payloads_of_odd_shapes_are_a_clean_400(
     # The well-formed click still works.
     assert (await post(h, good)).status_code == 200
     assert await _status(h, approval_id) == "approved"
+
+
+async def test_a_click_signed_in_the_future_is_stale_too(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    """The replay window is 5 minutes either way: a timestamp more than 300 s ahead of
+    the server's clock is refused like one 300 s behind (a request signed ahead could
+    otherwise be replayed for longer)."""
+    clock = FrozenClock(datetime.now(UTC))
+    h = await slack_app(harness_factory, slack, tenant, clock=clock)
+    approval_id, _ = await _open(h, tenant)
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    payload = click("cosigner_approve", approval_id, user="U0FIONA")
+    ahead = await post(h, payload, at=clock().timestamp() + 301)
+    assert (ahead.status_code, ahead.json()["code"]) == (401, "slack_stale")
+    assert await _status(h, approval_id) == "pending"
+    # Inside the window (a sender's clock slightly ahead) it is accepted.
+    assert (await post(h, payload, at=clock().timestamp() + 299)).status_code == 200
+    assert await _status(h, approval_id) == "approved"
