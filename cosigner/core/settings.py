@@ -242,6 +242,9 @@ class Settings(BaseSettings):
     oidc: dict[str, OidcProvider] = Field(default_factory=dict)
     #: How long a started single sign-on may take before its callback is refused (s).
     oidc_login_ttl_s: int = Field(default=600, ge=30, le=3600)
+    #: Unfinished single sign-ons one client address (an IPv6 address by its /64) may have
+    #: within ``oidc_login_ttl_s``; past it ``/ui/oidc/start`` answers 429.
+    oidc_pending_per_address_max: int = Field(default=30, ge=1, le=100_000)
 
     #: Rate limits and quotas per tenant (``"*"``: every tenant without its own entry),
     #: e.g. ``COSIGNER_RATE_LIMITS='{"*": {"tenant_per_s": 200}, "acme": {...}}'``.

@@ -85,10 +85,11 @@ def signin_stale_text(url: str) -> str:
             "(slack_signin_stale)")
 
 
-def link_text(url: str, ttl_s: int) -> str:
+def link_text(url: str, left_s: int) -> str:
+    """The link message; ``left_s``: how long the link is still valid (s)."""
     return (f"Your Slack account is not linked to Cosigner yet. Open <{url}|this link> while "
-            f"signed in to Cosigner and confirm (valid {ttl_s // 60} min, once); then click "
-            "again.")
+            f"signed in to Cosigner and confirm (valid {max(left_s // 60, 1)} min, once); "
+            "then click again.")
 
 
 def modal_error(text: str, *, followups: list[FollowUp] | None = None) -> Answer:

@@ -166,12 +166,14 @@ async def _linked(deps: AppContext, tenant: str, user: SlackUser, action: str,
         return Answer(followups=[say(answers.REFUSALS["principal_disabled"])])
     if caller is not None:
         return caller
-    token = await links.issue_token(deps.db, tenant=tenant, user=user, now=deps.clock(),
-                                    ttl_s=deps.settings.slack_link_ttl_s)
+    token, expires = await links.issue_token(
+        deps.db, tenant=tenant, user=user, now=now, ttl_s=deps.settings.slack_link_ttl_s,
+        secret=deps.settings.slack[tenant].signing_secret.get_secret_value())
     await _record(deps, tenant, user.actor(), "slack_not_linked", user, action=action,
                   approval_id=approval_id)
     url = links.link_url(deps.settings.public_url, token)
-    return Answer(followups=[say(answers.link_text(url, deps.settings.slack_link_ttl_s))])
+    left_s = int((expires - now).total_seconds())
+    return Answer(followups=[say(answers.link_text(url, left_s))])
 
 
 def _web_only(requirement: dict[str, Any]) -> bool:

@@ -455,3 +455,46 @@ async def test_a_click_signed_in_the_future_is_stale_too(
     # Inside the window (a sender's clock slightly ahead) it is accepted.
     assert (await post(h, payload, at=clock().timestamp() + 299)).status_code == 200
     assert await _status(h, approval_id) == "approved"
+
+
+async def test_clicking_again_unlinked_sends_the_same_link_and_keeps_one_row(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    """An unlinked user's clicks do not add a token row each: a live unused link (with at
+    least half its lifetime left) is sent again; past that, or once spent, the user's old
+    rows are replaced by one new link."""
+    clock = FrozenClock(datetime.now(UTC))
+    h = await slack_app(harness_factory, slack, tenant, clock=clock)
+    approval_id, _ = await _open(h, tenant)
+
+    async def rows() -> list[Any]:
+        async with h.db.read() as conn:
+            return list((await conn.execute(select(slack_link_tokens).where(
+                slack_link_tokens.c.tenant == tenant))).all())
+
+    paths = []
+    for _ in range(5):
+        assert (await post(h, click("cosigner_approve", approval_id, user="U0NEW"))
+                ).status_code == 200
+        paths.append(link_path(ephemerals(slack, "U0NEW")[-1]))
+        clock.advance(seconds=60)
+    assert len(set(paths)) == 1 and len(await rows()) == 1
+    assert "valid 6 min" in ephemerals(slack, "U0NEW")[-1]  # the time actually left
+    # Less than half of the 600 s left: a new link replaces the old row.
+    clock.advance(seconds=60)
+    assert (await post(h, click("cosigner_approve", approval_id, user="U0NEW"))
+            ).status_code == 200
+    fresh = link_path(ephemerals(slack, "U0NEW")[-1])
+    assert fresh != paths[0] and len(await rows()) == 1
+    # The replaced link no longer works; the fresh one links, once.
+    await add_user(h.db, tenant, "nina", "finance")
+    async with web_client(h) as client:
+        await sign_in(client, tenant, "nina")
+        assert (await client.get(paths[0])).status_code == 404
+        form = await client.get(fresh)
+        done = await client.post(fresh, data={"csrf_token": csrf_of(form.text)})
+        assert done.status_code == 200 and 'id="slack-linked"' in done.text
+    # Another user's clicks get their own single row.
+    await post(h, click("cosigner_approve", approval_id, user="U0OTHER"))
+    await post(h, click("cosigner_approve", approval_id, user="U0OTHER"))
+    assert sorted(r.user_id for r in await rows() if r.used_at is None) == ["U0OTHER"]
+    assert len(await rows()) == 2  # nina's spent one stays until her next issue
