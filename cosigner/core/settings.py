@@ -231,6 +231,10 @@ class Settings(BaseSettings):
     #: Lifetime of a one-time Slack link URL (s), and how often Slack messages are synced.
     slack_link_ttl_s: int = Field(default=600, ge=60, le=86_400)
     slack_poll_s: float = Field(default=2.0, gt=0, le=60)
+    #: A Slack click acts only for a person whose last web sign-in (single sign-on or
+    #: password) is younger than this (s); older, they are sent to sign in again, which
+    #: confirms their roles at the provider. Default: ``session_max_age_s``.
+    slack_signin_max_age_s: int | None = Field(default=None, ge=60)
 
     #: Single sign-on per tenant (:class:`OidcProvider`), e.g.
     #: ``COSIGNER_OIDC='{"acme": {"issuer": "https://idp.example", "client_id": "cosigner",
@@ -238,6 +242,9 @@ class Settings(BaseSettings):
     oidc: dict[str, OidcProvider] = Field(default_factory=dict)
     #: How long a started single sign-on may take before its callback is refused (s).
     oidc_login_ttl_s: int = Field(default=600, ge=30, le=3600)
+    #: Unfinished single sign-ons one client address (an IPv6 address by its /64) may have
+    #: within ``oidc_login_ttl_s``; past it ``/ui/oidc/start`` answers 429.
+    oidc_pending_per_address_max: int = Field(default=30, ge=1, le=100_000)
 
     #: Rate limits and quotas per tenant (``"*"``: every tenant without its own entry),
     #: e.g. ``COSIGNER_RATE_LIMITS='{"*": {"tenant_per_s": 200}, "acme": {...}}'``.
@@ -288,6 +295,11 @@ class Settings(BaseSettings):
         if value is not None:
             decode_kek(value.get_secret_value())
         return value
+
+    @property
+    def slack_signin_max_age(self) -> int:
+        """``slack_signin_max_age_s``, or ``session_max_age_s`` when unset (s)."""
+        return self.slack_signin_max_age_s or self.session_max_age_s
 
     @model_validator(mode="after")
     def _activation_after_poll(self) -> Settings:

@@ -41,6 +41,9 @@ principals = Table(
     Column("password_hash", Text, nullable=True),
     Column("disabled", Boolean, nullable=False, default=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # Last successful interactive web sign-in (single sign-on or password; migration
+    # 0018): a Slack click acts only while it is recent (settings.slack_signin_max_age_s).
+    Column("last_signed_in_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("tenant", "subject", name="uq_principals_tenant_subject"),
 )
 

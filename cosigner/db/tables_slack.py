@@ -7,7 +7,10 @@
   ``shown_status``/``shown_stage`` are what the message shows; the sync loop updates it
   when the request's differ. ``claimed_until`` is the claim of the one replica working on it.
 * ``slack_link_tokens``: one-time link URLs sent to an unlinked Slack user. Only SHA-256 of
-  the token is stored; bound to (tenant, team, user); single use, short-lived.
+  the token and its random seed are stored (the token is derived from the seed under the
+  tenant's signing secret, which the database does not hold); bound to (tenant, team,
+  user); single use, short-lived; at most one per Slack user (a live unused one is sent
+  again rather than a new one made).
 * ``slack_links``: a Slack user (team, user) of one tenant → the Cosigner principal that
   confirmed the link while signed in. A link never applies outside its tenant.
 """
@@ -56,6 +59,9 @@ slack_link_tokens = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Column("used_at", DateTime(timezone=True), nullable=True),
+    # Random; the token is HMAC-SHA256 of it under the tenant's signing secret, so a live
+    # unused token can be sent again (links.issue_token; migration 0019).
+    Column("seed", String(64), nullable=True),
 )
 
 slack_links = Table(

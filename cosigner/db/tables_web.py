@@ -6,7 +6,8 @@
   (:class:`cosigner.identity.principals.Authn`; migration ``0013_oidc``).
 * ``oidc_logins``: single sign-ons started and not yet finished: SHA-256 of the ``state``
   (the lookup key, single use), SHA-256 of the browser-binding cookie, the ``nonce`` and the
-  PKCE code verifier, where to go afterwards, and when the sign-in expires.
+  PKCE code verifier, where to go afterwards, when the sign-in expires, and the client
+  address that started it (at most ``settings.oidc_pending_per_address_max`` live ones each).
 * ``signin_failures``: failed sign-in counters per account and per address, in the database so
   every replica sees the same counts.
 * ``webhook_deliveries`` / ``webhook_attempts``: the notification outbox (written in the same
@@ -57,7 +58,10 @@ oidc_logins = Table(
     Column("step_up", JSON, nullable=True),  # {acr_values, max_age} asked for, or null
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
+    # Who started it (oidc_signin.address_key; migration 0019): bounds unfinished ones.
+    Column("address", String(64), nullable=True),
     Index("ix_oidc_logins_expires", "expires_at"),
+    Index("ix_oidc_logins_address", "address", "expires_at"),
 )
 
 signin_failures = Table(

@@ -1,10 +1,11 @@
 """Single sign-on state and principals: pending sign-ins, and who an ID token makes.
 
 A sign-in starts with :func:`begin`, which stores SHA-256 of a fresh ``state`` with the
-``nonce``, the PKCE code verifier, the tenant and SHA-256 of a browser-binding secret (a
-cookie of the browser that started it) in ``oidc_logins``. :func:`consume` deletes that
-row as it reads it, so a ``state`` works once, on any replica, and only in the browser that
-started it, before ``settings.oidc_login_ttl_s`` ends.
+``nonce``, the PKCE code verifier, the tenant, SHA-256 of a browser-binding secret (a
+cookie of the browser that started it) and the client address in ``oidc_logins`` (an
+address may have ``settings.oidc_pending_per_address_max`` unfinished ones at most).
+:func:`consume` deletes that row as it reads it, so a ``state`` works once, on any
+replica, and only in the browser that started it, before ``settings.oidc_login_ttl_s`` ends.
 
 :func:`sign_in` turns a checked ID token into a :class:`Caller`. The subject is
 ``oidc:<issuer>#<sub>`` — the provider's ``sub`` scoped by its issuer, never an e-mail
@@ -16,19 +17,21 @@ roles ``role_map`` gives the token's ``roles_claim`` at every sign-in; a token g
 is refused (``oidc_no_role``), and an existing principal then loses its roles and
 sessions. Events, in the tenant's chain: ``principal.created`` / ``principal.updated``
 (roles changed), ``web.signed_in`` (with ``authn``) and ``web.signin_refused``
-(:func:`record_refusal`).
+(:func:`record_refusal`). A sign-in sets ``principals.last_signed_in_at`` (the freshness
+a Slack click needs, :mod:`cosigner.slack.links`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 
 from cosigner.audit.chain import Event, append
 from cosigner.core.clock import Clock
@@ -65,20 +68,53 @@ class Pending:
     step_up: dict[str, Any] | None
 
 
+def address_key(address: str) -> str:
+    """The key unfinished sign-ins are counted under: the IP address, an IPv6 address by
+    its /64 (one host usually holds a whole /64); anything else as given, cut to 64."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address[:64]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
 async def begin(db: Database, *, tenant: str, browser_secret: str, next_path: str,
-                step_up: dict[str, Any] | None, now: datetime, ttl_s: int
-                ) -> tuple[str, Pending]:
-    """Store a new pending sign-in; returns ``(state, pending)``. Expired rows go too."""
+                step_up: dict[str, Any] | None, now: datetime, ttl_s: int,
+                address: str, max_pending: int) -> tuple[str, Pending]:
+    """Store a new pending sign-in; returns ``(state, pending)``. Expired rows go too.
+
+    ``address``: the client address that asks; it may have at most ``max_pending``
+    unfinished sign-ins within their lifetime (anyone may start one, so the table
+    must not grow without bound).
+
+    Raises:
+        SignInRefused: ``oidc_too_many_pending``, with ``extra["retry_after_s"]`` (s until
+            the address's oldest unfinished sign-in expires).
+    """
     state = secrets.token_urlsafe(32)
     pending = Pending(tenant=tenant, nonce=secrets.token_urlsafe(32),
                       code_verifier=secrets.token_urlsafe(48), next_path=next_path,
                       step_up=step_up)
+    key = address_key(address)
     async with db.transaction() as conn:
         await conn.execute(delete(oidc_logins).where(oidc_logins.c.expires_at < now))
+        count, oldest = (await conn.execute(
+            select(func.count(), func.min(oidc_logins.c.expires_at)).where(
+                oidc_logins.c.address == key, oidc_logins.c.expires_at >= now))).one()
+        if count >= max_pending:
+            wait = (oldest if oldest.tzinfo else oldest.replace(tzinfo=now.tzinfo)) - now
+            raise SignInRefused("too many unfinished sign-ins from this address",
+                                code="oidc_too_many_pending",
+                                retry_after_s=max(int(wait.total_seconds()), 1))
         await conn.execute(oidc_logins.insert().values(
             state_hash=_hash(state), browser_hash=_hash(browser_secret), tenant=tenant,
             nonce=pending.nonce, code_verifier=pending.code_verifier, next_path=next_path,
-            step_up=step_up, created_at=now, expires_at=now + timedelta(seconds=ttl_s)))
+            step_up=step_up, created_at=now, expires_at=now + timedelta(seconds=ttl_s),
+            address=key))
     return state, pending
 
 
@@ -220,6 +256,8 @@ async def _upsert(db: Database, tenant: str, subject: str, spelt: str, roles: li
                                     payload={"principal_id": row.id, "subject": subject,
                                              "roles": roles, "previous_roles":
                                              sorted(row.roles), "source": "oidc"}))
+        await conn.execute(principals.update().where(principals.c.id == principal_id)
+                           .values(last_signed_in_at=now))
         events.append(Event(type="web.signed_in", actor={**who, "principal_id": principal_id},
                             principal=subject,
                             payload={"method": "oidc", "issuer": provider.issuer,

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from cosigner.core.errors import CosignerError
 from cosigner.slack import blocks
@@ -69,10 +70,26 @@ def approved_text(state: dict[str, Any]) -> str:
     return f"Your approval counts. Still needed: {groups}."
 
 
-def link_text(url: str, ttl_s: int) -> str:
+def signin_url(public_url: str, tenant: str, approval_id: str, *, sso: bool) -> str:
+    """Where a person whose last sign-in is too old signs in again, then lands on the
+    request: the tenant's single sign-on when it has one, else the sign-in page."""
+    next_path = f"/ui/approvals/{approval_id}" if approval_id else "/ui"
+    path = "/ui/oidc/start" if sso else "/ui/login"
+    return f"{public_url.rstrip('/')}{path}?" + urlencode({"tenant": tenant,
+                                                          "next": next_path})
+
+
+def signin_stale_text(url: str) -> str:
+    return ("Not recorded: you have not signed in to Cosigner recently, so your roles "
+            f"cannot be confirmed. <{url}|Sign in to Cosigner>, then click again. "
+            "(slack_signin_stale)")
+
+
+def link_text(url: str, left_s: int) -> str:
+    """The link message; ``left_s``: how long the link is still valid (s)."""
     return (f"Your Slack account is not linked to Cosigner yet. Open <{url}|this link> while "
-            f"signed in to Cosigner and confirm (valid {ttl_s // 60} min, once); then click "
-            "again.")
+            f"signed in to Cosigner and confirm (valid {max(left_s // 60, 1)} min, once); "
+            "then click again.")
 
 
 def modal_error(text: str, *, followups: list[FollowUp] | None = None) -> Answer:

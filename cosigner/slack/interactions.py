@@ -9,7 +9,10 @@ Order of checks, each refusal answered and recorded before anything else happens
    tenant whose secret verified it; otherwise 403 ``slack_unknown_team``, logged in the
    ``_system`` chain (the sender held a signing secret: it is Slack, or has its secret).
 3. **Person**: the Slack user's link in *that* tenant (:mod:`cosigner.slack.links`);
-   unlinked, they get a one-time link URL; a disabled principal is refused.
+   unlinked, they get a one-time link URL; a disabled principal is refused, and so is one
+   whose last web sign-in is older than ``settings.slack_signin_max_age`` (code
+   ``slack_signin_stale``: they get a sign-in link, and signing in confirms their roles
+   at the identity provider).
 4. **Review**: :func:`cosigner.approvals.reviews.review`, the function of the API and the
    pages, with a :class:`Caller` for the linked principal (``authn`` ``slack``): every
    separation-of-duties rule, tenant check and quorum applies and it logs its own events.
@@ -26,8 +29,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
 
 from cosigner.approvals.requests import load
 from cosigner.approvals.reviews import review
@@ -35,10 +38,11 @@ from cosigner.audit.chain import Event, append
 from cosigner.core.errors import CosignerError, Forbidden, InvalidRequest
 from cosigner.core.roles import SYSTEM_TENANT
 from cosigner.identity.principals import Caller
-from cosigner.slack import answers, blocks, links
+from cosigner.slack import answers, blocks, links, payloads
 from cosigner.slack.answers import Answer, FollowUp
 from cosigner.slack.api import SlackApi
 from cosigner.slack.links import SlackUser
+from cosigner.slack.payloads import Interaction
 from cosigner.slack.signatures import SlackRefused, verified_tenants
 
 if TYPE_CHECKING:
@@ -59,20 +63,14 @@ async def handle(deps: AppContext, body: bytes, headers: Mapping[str, str]) -> A
 
     Raises:
         SlackRefused: steps 1 and 2 of the module docstring (and 400
-            ``slack_bad_payload`` for a signed body that is not an interaction).
+            ``slack_bad_payload`` for a signed body that is not an interaction of the
+            shape Slack documents: :mod:`cosigner.slack.payloads`).
     """
     tenants = verified_tenants(deps.settings, deps.clock, body, headers)
-    try:
-        payload = json.loads(parse_qs(body.decode("utf-8"))["payload"][0])
-        team = str((payload.get("team") or {}).get("id") or payload["user"]["team_id"])
-        user = SlackUser(team, str(payload["user"]["id"]),
-                         str(payload["user"].get("username") or payload["user"].get("name")
-                             or ""))
-        kind = str(payload["type"])
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-        raise SlackRefused("slack_bad_payload", "the payload is not a Slack interaction",
-                           status=400) from None
-    tenant = next((t for t in tenants if deps.settings.slack[t].team_id == team), None)
+    sent = payloads.parse(body)
+    user, kind = sent.user, sent.kind
+    tenant = next((t for t in tenants if deps.settings.slack[t].team_id == user.team_id),
+                  None)
     if tenant is None:
         await _record(deps, SYSTEM_TENANT, user.actor(), "slack_unknown_team", user,
                       action=kind)
@@ -81,18 +79,16 @@ async def handle(deps: AppContext, body: bytes, headers: Mapping[str, str]) -> A
     api = SlackApi.for_tenant(deps.settings, tenant)
     assert api is not None  # the tenant was found among the configured ones
     if kind == "block_actions":
-        return await _clicked(deps, api, tenant, user, payload)
-    view = payload.get("view") or {}
-    if kind == "view_submission" and view.get("callback_id") == blocks.REJECT:
-        return await _reject_submitted(deps, api, tenant, user, view)
+        return await _clicked(deps, api, tenant, sent)
+    if kind == "view_submission" and sent.callback_id == blocks.REJECT:
+        return await _reject_submitted(deps, api, tenant, sent)
     return Answer()  # other interactions (the link button, a closed modal): nothing to do
 
 
-async def _clicked(deps: AppContext, api: SlackApi, tenant: str, user: SlackUser,
-                   payload: dict[str, Any]) -> Answer:
-    action = (payload.get("actions") or [{}])[0]
-    action_id, approval_id = str(action.get("action_id")), str(action.get("value") or "")
-    channel = str((payload.get("channel") or {}).get("id") or "")
+async def _clicked(deps: AppContext, api: SlackApi, tenant: str, sent: Interaction
+                   ) -> Answer:
+    user, action_id, approval_id = sent.user, sent.action_id, sent.value
+    channel = sent.channel
     if action_id not in (blocks.APPROVE, blocks.REJECT):
         return Answer()  # "Open in Cosigner" is a link; Slack still reports the click
     say = answers.ephemeral(api, channel, user.user_id)
@@ -108,7 +104,7 @@ async def _clicked(deps: AppContext, api: SlackApi, tenant: str, user: SlackUser
                           approval_id=approval_id)
             return Answer(followups=[say(answers.REFUSALS["not_found"])])
         modal = blocks.reject_modal(approval_id, str(row.tool), channel=channel or None)
-        trigger = str(payload.get("trigger_id") or "")
+        trigger = sent.trigger_id
         return Answer(followups=[answers.guarded(lambda: api.open_view(trigger, modal))])
     try:
         state = await review(deps, caller, approval_id, decision="approved", comment="")
@@ -118,12 +114,13 @@ async def _clicked(deps: AppContext, api: SlackApi, tenant: str, user: SlackUser
     return Answer(followups=[say(answers.approved_text(state))], changed=True)
 
 
-async def _reject_submitted(deps: AppContext, api: SlackApi, tenant: str, user: SlackUser,
-                            view: dict[str, Any]) -> Answer:
+async def _reject_submitted(deps: AppContext, api: SlackApi, tenant: str,
+                            sent: Interaction) -> Answer:
+    user = sent.user
     try:
-        meta = json.loads(view.get("private_metadata") or "{}")
+        meta = json.loads(sent.metadata or "{}")
         approval_id, channel = str(meta["approval_id"]), str(meta.get("channel") or "")
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return answers.modal_error("This form is not valid any more; click Reject again.")
     say = answers.ephemeral(api, channel, user.user_id)
     caller = await _linked(deps, tenant, user, "view_submission", approval_id, say)
@@ -132,13 +129,11 @@ async def _reject_submitted(deps: AppContext, api: SlackApi, tenant: str, user: 
                                    followups=caller.followups)
     row = await _request(deps, tenant, approval_id)
     if row is not None and _web_only(row.requirement):
-        sent = await _to_web(deps, caller, user, approval_id, "view_submission", say)
-        return answers.modal_error(answers.web_only_text(None), followups=sent.followups)
-    values = (view.get("state") or {}).get("values") or {}
-    reason = str(((values.get(blocks.REASON_BLOCK) or {}).get(blocks.REASON_ACTION) or {})
-                 .get("value") or "")
+        moved = await _to_web(deps, caller, user, approval_id, "view_submission", say)
+        return answers.modal_error(answers.web_only_text(None), followups=moved.followups)
     try:
-        await review(deps, caller, approval_id, decision="rejected", comment=reason.strip())
+        await review(deps, caller, approval_id, decision="rejected",
+                     comment=sent.reason.strip())
     except CosignerError as exc:
         await _record_invalid(deps, caller, user, exc, approval_id, "view_submission")
         followups = [say(answers.refusal_text(exc, _page(deps, approval_id)))] \
@@ -154,23 +149,31 @@ async def _reject_submitted(deps: AppContext, api: SlackApi, tenant: str, user: 
 async def _linked(deps: AppContext, tenant: str, user: SlackUser, action: str,
                   approval_id: str, say: Say) -> Caller | Answer:
     """The linked :class:`Caller`, or the :class:`Answer` for an unlinked or disabled one."""
+    provider = deps.settings.oidc.get(tenant)
+    now = deps.clock()
     try:
-        provider = deps.settings.oidc.get(tenant)
         caller = await links.caller_for(
             deps.db, tenant, user,
+            signed_in_after=now - timedelta(seconds=deps.settings.slack_signin_max_age),
             passwords_allowed=provider is None or provider.allow_passwords)
     except Forbidden as exc:
         await _record(deps, tenant, user.actor(), exc.code, user, action=action,
                       approval_id=approval_id)
+        if exc.code == "slack_signin_stale":
+            url = answers.signin_url(deps.settings.public_url, tenant, approval_id,
+                                     sso=provider is not None)
+            return Answer(followups=[say(answers.signin_stale_text(url))])
         return Answer(followups=[say(answers.REFUSALS["principal_disabled"])])
     if caller is not None:
         return caller
-    token = await links.issue_token(deps.db, tenant=tenant, user=user, now=deps.clock(),
-                                    ttl_s=deps.settings.slack_link_ttl_s)
+    token, expires = await links.issue_token(
+        deps.db, tenant=tenant, user=user, now=now, ttl_s=deps.settings.slack_link_ttl_s,
+        secret=deps.settings.slack[tenant].signing_secret.get_secret_value())
     await _record(deps, tenant, user.actor(), "slack_not_linked", user, action=action,
                   approval_id=approval_id)
     url = links.link_url(deps.settings.public_url, token)
-    return Answer(followups=[say(answers.link_text(url, deps.settings.slack_link_ttl_s))])
+    left_s = int((expires - now).total_seconds())
+    return Answer(followups=[say(answers.link_text(url, left_s))])
 
 
 def _web_only(requirement: dict[str, Any]) -> bool:

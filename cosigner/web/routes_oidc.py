@@ -2,7 +2,9 @@
 
 ``GET /ui/oidc/start?tenant=&next=`` (plus ``step_up=1&acr_values=&max_age=`` when a
 review asked for a stronger sign-in) stores a pending sign-in
-(:mod:`cosigner.identity.oidc_signin`), sets the browser-binding cookie
+(:mod:`cosigner.identity.oidc_signin`; 429 ``oidc_too_many_pending`` with ``Retry-After``
+when the client address already has ``settings.oidc_pending_per_address_max`` unfinished
+ones), sets the browser-binding cookie
 :data:`BROWSER_COOKIE` and redirects to the provider. ``GET /ui/oidc/callback`` consumes
 the ``state``, checks the provider's answer (RFC 9207 ``iss`` when the provider sends it),
 exchanges the code, checks the ID token (:mod:`cosigner.identity.oidc`), signs the person
@@ -49,6 +51,8 @@ MESSAGES = {
     "oidc_state_invalid": "This sign-in link was already used, or it was started in "
                           "another browser.",
     "oidc_state_expired": "This sign-in took too long.",
+    "oidc_too_many_pending": "Too many sign-ins were started from your network and not "
+                             "finished. Finish one, or try again in a few minutes.",
     "oidc_idp_error": "The identity provider did not sign you in.",
     "oidc_wrong_issuer": "The answer came from another identity provider than this "
                          "tenant's.",
@@ -110,9 +114,19 @@ async def start(request: Request, tenant: str = "", next: str = "/ui", step_up: 
         return refused(request, exc, status=502)
     browser = request.cookies.get(BROWSER_COOKIE) or sessions.new_id()
     wanted = {"acr_values": acr_values or None, "max_age": max_age} if step_up else None
-    state, pending = await oidc_signin.begin(
-        deps.db, tenant=tenant, browser_secret=browser, next_path=safe_next(next),
-        step_up=wanted, now=deps.clock(), ttl_s=deps.settings.oidc_login_ttl_s)
+    # The real peer, or behind a trusted proxy the address it saw (cosigner.http.proxies).
+    address = request.client.host if request.client else "unknown"
+    try:
+        state, pending = await oidc_signin.begin(
+            deps.db, tenant=tenant, browser_secret=browser, next_path=safe_next(next),
+            step_up=wanted, now=deps.clock(), ttl_s=deps.settings.oidc_login_ttl_s,
+            address=address, max_pending=deps.settings.oidc_pending_per_address_max)
+    except SignInRefused as exc:
+        log.warning("refused single sign-on start for tenant %s from %s (%s)", tenant,
+                    address, exc.code)
+        busy = refused(request, exc, status=429)
+        busy.headers["Retry-After"] = str(exc.extra.get("retry_after_s", 60))
+        return busy
     url = deps.oidc.authorization_url(
         provider, meta, redirect_uri=redirect_uri(request), state=state, nonce=pending.nonce,
         code_verifier=pending.code_verifier, acr_values=acr_values or None,

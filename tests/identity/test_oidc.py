@@ -169,11 +169,15 @@ async def db(database_url: str) -> Any:
     await database.dispose()
 
 
+HERE: dict[str, Any] = {"address": "192.0.2.10", "max_pending": 1000}
+
+
 async def test_a_pending_sign_in_works_once_in_its_own_browser(db: Database,
                                                                tenant: str) -> None:
     now = datetime.now(UTC)
     state, pending = await oidc_signin.begin(db, tenant=tenant, browser_secret="browser-a",
-                                             next_path="/ui", step_up=None, now=now, ttl_s=60)
+                                             next_path="/ui", step_up=None, now=now, ttl_s=60,
+                                             **HERE)
     with pytest.raises(SignInRefused) as other:  # another browser: refused, and spent
         await oidc_signin.consume(db, state=state, browser_secret="browser-b", now=now)
     assert other.value.code == "oidc_state_invalid"
@@ -181,7 +185,7 @@ async def test_a_pending_sign_in_works_once_in_its_own_browser(db: Database,
         await oidc_signin.consume(db, state=state, browser_secret="browser-a", now=now)
     state, pending = await oidc_signin.begin(db, tenant=tenant, browser_secret="browser-a",
                                              next_path="/ui/x", step_up={"max_age": 0},
-                                             now=now, ttl_s=60)
+                                             now=now, ttl_s=60, **HERE)
     got = await oidc_signin.consume(db, state=state, browser_secret="browser-a", now=now)
     assert (got.nonce, got.code_verifier, got.next_path, got.step_up) == (
         pending.nonce, pending.code_verifier, "/ui/x", {"max_age": 0})
@@ -189,7 +193,7 @@ async def test_a_pending_sign_in_works_once_in_its_own_browser(db: Database,
         await oidc_signin.consume(db, state=state, browser_secret="browser-a", now=now)
     assert replayed.value.code == "oidc_state_invalid"
     state, _ = await oidc_signin.begin(db, tenant=tenant, browser_secret="browser-a",
-                                       next_path="/ui", step_up=None, now=now, ttl_s=60)
+                                       next_path="/ui", step_up=None, now=now, ttl_s=60, **HERE)
     with pytest.raises(SignInRefused) as late:
         await oidc_signin.consume(db, state=state, browser_secret="browser-a",
                                   now=now + timedelta(seconds=60))
@@ -252,3 +256,37 @@ async def test_a_slow_key_set_of_one_provider_does_not_hold_up_another() -> None
     finally:
         release.set()
         await stuck
+
+
+async def test_every_sign_in_records_when_it_happened(db: Database, tenant: str) -> None:
+    """``principals.last_signed_in_at`` is the freshness a Slack click needs: a single
+    sign-on sets it, a later one moves it (the roles were confirmed at the provider)."""
+    from sqlalchemy import select
+
+    from cosigner.core.clock import FrozenClock
+    from cosigner.db.tables import principals
+
+    clock = FrozenClock(datetime(2026, 12, 1, 6, 0, tzinfo=UTC))
+    token = IdToken({"sub": "fresh-1", "groups": ["fin"]})
+
+    async def stamp() -> datetime:
+        async with db.read() as conn:
+            value = (await conn.execute(select(principals.c.last_signed_in_at).where(
+                principals.c.tenant == tenant))).scalar_one()
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+    await oidc_signin.sign_in(db, tenant=tenant, provider=settings(), token=token,
+                              clock=clock)
+    assert await stamp() == clock()
+    clock.advance(hours=5)
+    await oidc_signin.sign_in(db, tenant=tenant, provider=settings(), token=token,
+                              clock=clock)
+    assert await stamp() == clock()
+
+
+def test_unfinished_sign_ins_count_an_ipv6_host_by_its_64() -> None:
+    key = oidc_signin.address_key
+    assert key("2001:db8:1:2:aaaa::1") == key("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
+    assert key("2001:db8:1:3::1") != key("2001:db8:1:2::1")
+    assert key("::ffff:198.51.100.7") == key("198.51.100.7") == "198.51.100.7"
+    assert key("unknown") == "unknown"

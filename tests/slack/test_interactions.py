@@ -4,8 +4,10 @@ signed changes nothing."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -28,7 +30,7 @@ from tests.slack.conftest import (
     slack_app,
     workspace,
 )
-from tests.slack.standin import SlackStandIn
+from tests.slack.standin import CHANNEL_ID, SlackStandIn
 from tests.web.conftest import add_user, csrf_of, refund_request, sign_in, web_client
 
 
@@ -303,3 +305,196 @@ async def test_a_password_account_link_is_void_once_passwords_are_switched_off(
     assert "/ui/slack/link/" in ephemerals(slack, "U0FIONA")[-1]
     codes = [e["payload"]["code"] for e in await _events(h, tenant, "slack.interaction_refused")]
     assert codes[-1] == "slack_not_linked"
+
+
+async def _signed_in_at(h: Any, tenant: str, name: str, when: datetime | None) -> None:
+    from cosigner.db.tables import principals
+
+    async with h.db.transaction() as conn:
+        await conn.execute(update(principals).where(
+            principals.c.tenant == tenant, principals.c.subject == name).values(
+            last_signed_in_at=when))
+
+
+async def test_a_link_acts_only_while_its_person_signed_in_recently(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    """Roles from single sign-on are refreshed only at a sign-in: a link whose person has
+    not signed in for longer than ``slack_signin_max_age_s`` (default: the web session's
+    maximum age, 12 h) approves, rejects and submits nothing; the person is sent to sign
+    in, and once they have, the click works."""
+    h = await slack_app(harness_factory, slack, tenant)
+    approval_id, _ = await _open(h, tenant)
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    now = h.context.clock()
+    # Signed in 12 h and 1 s ago; and a link older than migration 0018 (never recorded).
+    for when in (now - timedelta(hours=12, seconds=1), None):
+        await _signed_in_at(h, tenant, "fiona", when)
+        before = len(slack.of("views.open"))
+        for action in ("cosigner_approve", "cosigner_reject"):
+            answer = await post(h, click(action, approval_id, user="U0FIONA"))
+            assert answer.status_code == 200 and answer.content == b""
+            text = ephemerals(slack, "U0FIONA")[-1]
+            assert "slack_signin_stale" in text
+            assert f"/ui/login?tenant={tenant}&next=%2Fui%2Fapprovals%2F{approval_id}|" \
+                in text
+        assert len(slack.of("views.open")) == before  # no reject modal either
+        # A reject modal opened before the sign-in went stale submits nothing.
+        modal = {"callback_id": "cosigner_reject", "type": "modal",
+                 "private_metadata": json.dumps({"approval_id": approval_id,
+                                                 "channel": CHANNEL_ID})}
+        submitted = await post(h, reject_submission(modal, "not ok", user="U0FIONA"))
+        assert submitted.json()["response_action"] == "errors"
+        assert await _status(h, approval_id) == "pending"
+    refused = [(e["payload"]["code"], e["payload"]["action"], e["subject"]["approval_id"])
+               for e in await _events(h, tenant, "slack.interaction_refused")]
+    assert refused[-6:] == [("slack_signin_stale", action, approval_id) for action in (
+        "cosigner_approve", "cosigner_reject", "view_submission") * 2]
+    assert not await _events(h, tenant, "approval.reviewed")
+
+    # Just inside the window it acts (the reject modal opens) ...
+    await _signed_in_at(h, tenant, "fiona", now - timedelta(hours=11, minutes=59))
+    assert (await post(h, click("cosigner_reject", approval_id, user="U0FIONA"))
+            ).status_code == 200
+    assert len(slack.of("views.open")) == 1
+    # ... and after a stale spell, signing in on the web makes the link act again.
+    await _signed_in_at(h, tenant, "fiona", None)
+    async with web_client(h) as client:
+        assert (await sign_in(client, tenant, "fiona")).status_code == 303
+    answer = await post(h, click("cosigner_approve", approval_id, user="U0FIONA"))
+    assert answer.status_code == 200 and await _status(h, approval_id) == "approved"
+
+
+async def test_a_stale_single_sign_on_link_is_sent_to_the_identity_provider(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    """With single sign-on the sign-in link starts it (which maps the groups again), and
+    the maximum age is a setting of its own."""
+    sso = {"issuer": "http://127.0.0.1:9/", "client_id": "cosigner", "client_secret": "s",
+           "role_map": {"fin": ["finance"]}}
+    h = await slack_app(harness_factory, slack, tenant, oidc={tenant: sso},
+                        slack_signin_max_age_s=600)
+    approval_id, _ = await _open(h, tenant)
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    await _signed_in_at(h, tenant, "fiona", h.context.clock() - timedelta(seconds=601))
+    assert (await post(h, click("cosigner_approve", approval_id, user="U0FIONA"))
+            ).status_code == 200
+    assert await _status(h, approval_id) == "pending"
+    assert f"/ui/oidc/start?tenant={tenant}&next=" in ephemerals(slack, "U0FIONA")[-1]
+
+
+async def test_signed_payloads_of_odd_shapes_are_a_clean_400(
+        harness_factory: Any, tenant: str, slack: SlackStandIn, caplog: Any) -> None:
+    """Whatever shape a signed body has, a field of the wrong type is 400
+    ``slack_bad_payload`` (logged), never a server error, and changes nothing."""
+    import logging
+
+    h = await slack_app(harness_factory, slack, tenant)
+    approval_id, _ = await _open(h, tenant)
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    good = click("cosigner_approve", approval_id, user="U0FIONA")
+    modal = {"callback_id": "cosigner_reject", "type": "modal",
+             "private_metadata": json.dumps({"approval_id": approval_id})}
+    submitted = reject_submission(modal, "no", user="U0FIONA")
+    shapes: dict[str, Any] = {
+        "channel as a string": {**good, "channel": CHANNEL_ID},
+        "actions an object": {**good, "actions": good["actions"][0]},
+        "actions a string": {**good, "actions": "cosigner_approve"},
+        "actions empty": {**good, "actions": []},
+        "an action a list": {**good, "actions": [["cosigner_approve"]]},
+        "action value an object": {**good, "actions": [{**good["actions"][0],
+                                                        "value": {"id": approval_id}}]},
+        "no user": {k: v for k, v in good.items() if k != "user"},
+        "user a string": {**good, "user": "U0FIONA"},
+        "user id a number": {**good, "user": {**good["user"], "id": 42}},
+        "team a list": {**good, "team": ["T0ACME"]},
+        "payload a list": [good],
+        "payload a string": "block_actions",
+        "view without state": {**submitted, "view": {
+            k: v for k, v in submitted["view"].items() if k != "state"}},
+        "view a string": {**submitted, "view": "V0MODAL1"},
+        "state values a list": {**submitted, "view": {**submitted["view"],
+                                                      "state": {"values": []}}},
+        "reason field a string": {**submitted, "view": {**submitted["view"], "state": {
+            "values": {"reason": {"reason": "no"}}}}},
+    }
+    caplog.set_level(logging.WARNING, logger="cosigner.slack")
+    for name, shape in shapes.items():
+        answer = await post(h, shape)
+        assert answer.status_code == 400, (name, answer.status_code, answer.text)
+        assert answer.headers["content-type"].startswith("application/problem+json"), name
+        assert answer.json()["code"] == "slack_bad_payload", name
+    refusals = [r for r in caplog.records if "slack_bad_payload" in r.getMessage()]
+    assert len(refusals) == len(shapes)
+    # A form body without a payload field, or with one that is not JSON.
+    for raw in (b"other=1", b"payload=%7Bnot-json"):
+        _, headers = signed({}, at=h.context.clock().timestamp())
+        ts = headers["x-slack-request-timestamp"]
+        headers["x-slack-signature"] = "v0=" + hmac.new(
+            SIGNING_SECRET.encode(), f"v0:{ts}:".encode() + raw, hashlib.sha256).hexdigest()
+        answer = await h.client.post("/v1/slack/interactions", content=raw, headers=headers)
+        assert (answer.status_code, answer.json()["code"]) == (400, "slack_bad_payload")
+    assert await _status(h, approval_id) == "pending"
+    assert not await _events(h, tenant, "approval.review_refused")
+    # The well-formed click still works.
+    assert (await post(h, good)).status_code == 200
+    assert await _status(h, approval_id) == "approved"
+
+
+async def test_a_click_signed_in_the_future_is_stale_too(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    """The replay window is 5 minutes either way: a timestamp more than 300 s ahead of
+    the server's clock is refused like one 300 s behind (a request signed ahead could
+    otherwise be replayed for longer)."""
+    clock = FrozenClock(datetime.now(UTC))
+    h = await slack_app(harness_factory, slack, tenant, clock=clock)
+    approval_id, _ = await _open(h, tenant)
+    await link_user(h, slack, tenant, slack_user="U0FIONA", name="fiona", roles=("finance",))
+    payload = click("cosigner_approve", approval_id, user="U0FIONA")
+    ahead = await post(h, payload, at=clock().timestamp() + 301)
+    assert (ahead.status_code, ahead.json()["code"]) == (401, "slack_stale")
+    assert await _status(h, approval_id) == "pending"
+    # Inside the window (a sender's clock slightly ahead) it is accepted.
+    assert (await post(h, payload, at=clock().timestamp() + 299)).status_code == 200
+    assert await _status(h, approval_id) == "approved"
+
+
+async def test_clicking_again_unlinked_sends_the_same_link_and_keeps_one_row(
+        harness_factory: Any, tenant: str, slack: SlackStandIn) -> None:
+    """An unlinked user's clicks do not add a token row each: a live unused link (with at
+    least half its lifetime left) is sent again; past that, or once spent, the user's old
+    rows are replaced by one new link."""
+    clock = FrozenClock(datetime.now(UTC))
+    h = await slack_app(harness_factory, slack, tenant, clock=clock)
+    approval_id, _ = await _open(h, tenant)
+
+    async def rows() -> list[Any]:
+        async with h.db.read() as conn:
+            return list((await conn.execute(select(slack_link_tokens).where(
+                slack_link_tokens.c.tenant == tenant))).all())
+
+    paths = []
+    for _ in range(5):
+        assert (await post(h, click("cosigner_approve", approval_id, user="U0NEW"))
+                ).status_code == 200
+        paths.append(link_path(ephemerals(slack, "U0NEW")[-1]))
+        clock.advance(seconds=60)
+    assert len(set(paths)) == 1 and len(await rows()) == 1
+    assert "valid 6 min" in ephemerals(slack, "U0NEW")[-1]  # the time actually left
+    # Less than half of the 600 s left: a new link replaces the old row.
+    clock.advance(seconds=60)
+    assert (await post(h, click("cosigner_approve", approval_id, user="U0NEW"))
+            ).status_code == 200
+    fresh = link_path(ephemerals(slack, "U0NEW")[-1])
+    assert fresh != paths[0] and len(await rows()) == 1
+    # The replaced link no longer works; the fresh one links, once.
+    await add_user(h.db, tenant, "nina", "finance")
+    async with web_client(h) as client:
+        await sign_in(client, tenant, "nina")
+        assert (await client.get(paths[0])).status_code == 404
+        form = await client.get(fresh)
+        done = await client.post(fresh, data={"csrf_token": csrf_of(form.text)})
+        assert done.status_code == 200 and 'id="slack-linked"' in done.text
+    # Another user's clicks get their own single row.
+    await post(h, click("cosigner_approve", approval_id, user="U0OTHER"))
+    await post(h, click("cosigner_approve", approval_id, user="U0OTHER"))
+    assert sorted(r.user_id for r in await rows() if r.used_at is None) == ["U0OTHER"]
+    assert len(await rows()) == 2  # nina's spent one stays until her next issue

@@ -194,3 +194,14 @@ async def test_an_escalation_updates_the_message_and_keeps_the_buttons(
     row = await _row(h, approval_id)
     assert (row.state, row.shown_status, row.shown_stage) == ("open", "pending", 2)
     assert await h.tasks.slack_sync.run_once() == 0
+
+
+def test_the_reject_dialog_escapes_the_tool_name_once() -> None:
+    """mrkdwn needs ``&``, ``<``, ``>`` as entities exactly once: escaped twice, Slack
+    would show ``&amp;lt;`` to the approver."""
+    from cosigner.slack.blocks import reject_modal
+
+    modal = reject_modal("0193-id", "pay&<go>", channel=None)
+    text = modal["blocks"][0]["text"]["text"]
+    assert text.startswith("Reject `pay&amp;&lt;go&gt;`?"), text
+    assert "&amp;amp;" not in text and "&amp;lt;" not in text

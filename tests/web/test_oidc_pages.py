@@ -144,3 +144,80 @@ async def test_a_long_next_is_not_a_server_error(harness_factory: Callable[..., 
     finally:
         server.shutdown()
         thread.join()
+
+
+class _Discovery:
+    """A provider's discovery document on loopback (enough for ``/ui/oidc/start``)."""
+
+    def __init__(self) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.issuer = f"http://127.0.0.1:{free_port()}"
+        issuer = self.issuer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                body = json.dumps({
+                    "issuer": issuer, "authorization_endpoint": issuer + "/auth",
+                    "token_endpoint": issuer + "/token", "jwks_uri": issuer + "/jwks",
+                    "id_token_signing_alg_values_supported": ["RS256"]}).encode()
+                found = self.path == "/.well-known/openid-configuration"
+                self.send_response(200 if found else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", int(issuer.rsplit(":", 1)[1])),
+                                          Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_unfinished_sign_ins_per_address_are_bounded(
+        harness_factory: Callable[..., Any], tenant: str) -> None:
+    """Anyone may start a single sign-on, and each start stores a pending row: one client
+    address gets ``oidc_pending_per_address_max`` unfinished ones within their lifetime,
+    then a 429 page with ``Retry-After``; other addresses are not affected, and expired
+    ones free the address again."""
+    from datetime import UTC, datetime
+
+    from cosigner.core.clock import FrozenClock
+    from cosigner.db.tables_web import oidc_logins
+
+    idp = _Discovery()
+    try:
+        clock = FrozenClock(datetime.now(UTC))
+        h = await harness_factory(clock=clock, oidc={tenant: provider(issuer=idp.issuer)},
+                                  oidc_pending_per_address_max=3, oidc_login_ttl_s=600)
+
+        async def pending() -> int:
+            async with h.db.read() as conn:
+                return int((await conn.execute(select(func.count()).select_from(
+                    oidc_logins).where(oidc_logins.c.tenant == tenant))).scalar_one())
+
+        async with web_client(h) as one, web_client(h) as other:
+            for _ in range(3):
+                started = await one.get(f"/ui/oidc/start?tenant={tenant}")
+                assert started.status_code == 303, started.text
+                assert started.headers["location"].startswith(idp.issuer + "/auth?")
+                one.cookies.clear()  # a script keeping no cookies: still one address
+            busy = await one.get(f"/ui/oidc/start?tenant={tenant}")
+            assert busy.status_code == 429, busy.text
+            assert "oidc_too_many_pending" in busy.text and "Too many sign-ins" in busy.text
+            assert 590 <= int(busy.headers["retry-after"]) <= 600
+            assert await pending() == 3
+            assert (await other.get(f"/ui/oidc/start?tenant={tenant}")).status_code == 303
+            assert await pending() == 4
+            clock.advance(seconds=601)  # the first three expired: the address may start again
+            assert (await one.get(f"/ui/oidc/start?tenant={tenant}")).status_code == 303
+    finally:
+        idp.stop()
