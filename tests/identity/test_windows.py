@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -33,10 +34,10 @@ def test_same_answers_as_limits(limit: int, expiry: int, steps: list[tuple[float
     import limits.aio.storage.memory as memory
     import limits.aio.strategies as strategies
 
-    real_time = memory.time.time
-    memory.time.time = lambda: clock[0]  # type: ignore[assignment]
-    strategies_time = strategies.time.time
-    strategies.time.time = lambda: clock[0]  # type: ignore[assignment]
+    # Both modules' ``time`` is the one ``time`` module: save its function once, restore it
+    # once (saving it again after the first patch would leak the fake clock to later tests).
+    real_time = time.time
+    memory.time.time = strategies.time.time = lambda: clock[0]  # type: ignore[assignment]
     try:
         theirs = SlidingWindowCounterRateLimiter(MemoryStorage())
         item = RateLimitItemPerSecond(limit, expiry)
@@ -53,5 +54,5 @@ def test_same_answers_as_limits(limit: int, expiry: int, steps: list[tuple[float
 
         asyncio.run(run())
     finally:
-        memory.time.time = real_time  # type: ignore[assignment]
-        strategies.time.time = strategies_time  # type: ignore[assignment]
+        time.time = real_time  # type: ignore[assignment]
+    assert time.time is real_time
