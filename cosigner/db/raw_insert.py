@@ -105,9 +105,24 @@ async def insert_many(conn: AsyncConnection, table: Table,
     if db is None:
         await conn.execute(table.insert(), list(rows))
         return
-    sql, params = sqlite_rows(conn.dialect, table, rows)
+    sqlite_many(db, *sqlite_rows(conn.dialect, table, rows))
+
+
+def sqlite_many(db: sqlite3.Connection, sql: str, params: list[list[Any]]) -> None:
+    """``executemany`` on the raw ``sqlite3`` connection, errors raised as SQLAlchemy's."""
     try:
         db.executemany(sql, params)
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
+
+
+def sqlite_query(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()
+                 ) -> list[Any]:
+    """Run ``sql`` on the raw ``sqlite3`` connection of :func:`raw_sqlite` (inside the
+    caller's transaction) and return its rows; driver errors raised as SQLAlchemy's (see
+    :func:`insert_many`)."""
+    try:
+        return db.execute(sql, params).fetchall()
     except sqlite3.Error as exc:
         raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
 

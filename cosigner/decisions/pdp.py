@@ -37,7 +37,9 @@ from cosigner.core.settings import Settings
 from cosigner.db.batch import Item, Write, savepoint_runner
 from cosigner.db.database import Database, UniqueViolation
 from cosigner.db.group_commit import GroupCommitter
+from cosigner.db.raw_insert import raw_sqlite
 from cosigner.db.tables import decisions
+from cosigner.decisions import guard_sql
 from cosigner.decisions.plan import Assumed, Call, DecisionPlan
 from cosigner.identity.principals import Caller
 from cosigner.policy.result import deny
@@ -91,9 +93,15 @@ def decision_log_writer(db: Database, settings: Settings,
         runs = {a.run for a in assumed if a is not None}
         calls = {a.call for a in assumed if a is not None and a.call is not None}
         requests = {a.request for a in assumed if a is not None}
-        decided = await _decided(conn, requests) if requests else {}
-        contracted = await contracts.contracted(conn, runs) if runs else set()
-        rejected = await rejections.rejected_calls(conn, calls) if calls else set()
+        raw = await raw_sqlite(conn)
+        if raw is not None:  # the same three queries on the driver (guard_sql.py)
+            decided = guard_sql.decided(raw, conn.dialect, requests) if requests else {}
+            contracted = guard_sql.contracted(raw, runs) if runs else set()
+            rejected = guard_sql.rejected_calls(raw, calls) if calls else set()
+        else:
+            decided = await _decided(conn, requests) if requests else {}
+            contracted = await contracts.contracted(conn, runs) if runs else set()
+            rejected = await rejections.rejected_calls(conn, calls) if calls else set()
         refused: dict[int, CosignerError] = {}
         for i, a in enumerate(assumed):
             if a is None:
