@@ -12,6 +12,7 @@ so concurrent writers on several replicas still produce one linear chain.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.audit.masking import mask_with_paths
@@ -140,23 +142,30 @@ async def append(conn: AsyncConnection, tenant: str, events: list[Event],
     """
     raw = await raw_sqlite(conn)
     if raw is not None:
-        head = sqlite_query(raw, _RAW_HEAD, (tenant,))
-        if not head:
-            sqlite_query(raw, _RAW_NEW_HEAD, (tenant, GENESIS))
-            head = sqlite_query(raw, _RAW_HEAD, (tenant,))
-        seq, prev = int(head[0][0]), str(head[0][1])
-    else:
-        seq, prev = await _lock_head(conn, tenant)
+        return append_raw(raw, conn.dialect, tenant, events, now=now)
+    seq, prev = await _lock_head(conn, tenant)
     stored, rows = _chain(tenant, events, seq, prev, now)
-    last = stored[-1] if stored else None
-    seq, prev = (last["seq"], last["hash"]) if last else (seq, prev)
-    if raw is not None:
-        if rows:
-            sqlite_many(raw, *sqlite_rows(conn.dialect, audit_events, rows))
-        sqlite_query(raw, _RAW_MOVE_HEAD, (seq, prev, tenant))
-        return stored
+    if stored:
+        seq, prev = stored[-1]["seq"], stored[-1]["hash"]
     await insert_many(conn, audit_events, rows)  # the raw driver's executemany
     await conn.execute(_MOVE_HEAD, {"head_tenant": tenant, "head_seq": seq, "head_hash": prev})
+    return stored
+
+
+def append_raw(raw: sqlite3.Connection, dialect: Dialect, tenant: str, events: list[Event],
+               *, now: datetime) -> list[dict[str, Any]]:
+    """:func:`append` on a SQLite write transaction's own ``sqlite3`` connection (the same
+    statements: the head read, created at genesis, the events' rows, the head moved)."""
+    head = sqlite_query(raw, _RAW_HEAD, (tenant,))
+    if not head:
+        sqlite_query(raw, _RAW_NEW_HEAD, (tenant, GENESIS))
+        head = sqlite_query(raw, _RAW_HEAD, (tenant,))
+    seq, prev = int(head[0][0]), str(head[0][1])
+    stored, rows = _chain(tenant, events, seq, prev, now)
+    if stored:
+        seq, prev = stored[-1]["seq"], stored[-1]["hash"]
+        sqlite_many(raw, *sqlite_rows(dialect, audit_events, rows))
+    sqlite_query(raw, _RAW_MOVE_HEAD, (seq, prev, tenant))
     return stored
 
 
