@@ -76,3 +76,22 @@ async def test_raw_guard_reads_equal_sqlalchemy(harness: Any, tenant: str,
         assert guard_sql.rejected_calls(raw, calls) == want_calls
         assert want_calls == {(tenant, "r1", "issue_refund", f"sha256:{0:064x}"),
                               (other, "r2", "issue_refund", f"sha256:{3:064x}")}
+
+
+def test_datetime_memo_formats_like_sqlalchemy() -> None:
+    """The raw insert's remembered DateTime text equals SQLAlchemy's for repeats, equal
+    instants at another offset, naive values and None."""
+    from datetime import timedelta, timezone
+
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+    from cosigner.db.raw_insert import sqlite_rows
+    from cosigner.db.tables import decisions
+
+    dialect = sqlite_dialect.dialect()
+    proc = decisions.c.created_at.type.dialect_impl(dialect).bind_processor(dialect)
+    plus1 = timezone(timedelta(hours=1))
+    values = [NOW, NOW, NOW.astimezone(plus1), NOW, NOW.replace(tzinfo=None),
+              NOW + timedelta(microseconds=1), NOW.astimezone(plus1), None, NOW]
+    _, params = sqlite_rows(dialect, decisions, [{"created_at": v} for v in values])
+    assert [p[0] for p in params] == [proc(v) if v is not None else None for v in values]
