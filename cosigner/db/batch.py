@@ -49,7 +49,7 @@ from cosigner.db.database import (
     _short,
 )
 from cosigner.db.raw_insert import insert_many, sqlite_many, sqlite_rows
-from cosigner.db.sqlite_inline import raw_transaction
+from cosigner.db.raw_transaction import raw_transaction
 
 log = logging.getLogger("cosigner.db.batch")
 
@@ -88,7 +88,7 @@ class RawHooks:
     """``guard`` and ``finish`` on a SQLite write transaction's own ``sqlite3``
     connection (same reads and writes as their SQLAlchemy twins), for batches of prepared
     :class:`Write` s only: such a batch then never touches SQLAlchemy
-    (:func:`cosigner.db.sqlite_inline.raw_transaction`)."""
+    (:func:`cosigner.db.raw_transaction.raw_transaction`)."""
 
     guard: Callable[[sqlite3.Connection, Dialect, list[Write]], dict[int, CosignerError]]
     finish: Callable[[sqlite3.Connection, Dialect, list[Write]], None]

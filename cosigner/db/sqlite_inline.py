@@ -24,19 +24,12 @@ Queries that scan many rows (audit export and search) use a plain aiosqlite engi
 
 from __future__ import annotations
 
-import logging
 import sqlite3
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiosqlite
-
-if TYPE_CHECKING:
-    from cosigner.db.database import Database
-
-log = logging.getLogger("cosigner.db.database")
 
 
 def _begins_write(args: tuple[Any, ...]) -> bool:
@@ -72,68 +65,6 @@ class InlineConnection(aiosqlite.Connection):
                 conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
             return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
         return fn(*args, **kwargs)
-
-
-@asynccontextmanager
-async def raw_transaction(db: Database) -> AsyncIterator[sqlite3.Connection | None]:
-    """One write transaction of ``db`` (a SQLite file) on a pooled connection's own
-    ``sqlite3`` connection, without SQLAlchemy's ``Connection``: the same writer queue
-    (:meth:`Database._sqlite_writer`), ``BEGIN IMMEDIATE`` on the loop (handed to the
-    worker thread only when another process holds the lock), ``COMMIT`` on the worker
-    thread (fsync off the loop), rollback on any exception. Yields ``None`` (nothing
-    begun) when the database is not served by :class:`InlineConnection`.
-
-    Raises, like :meth:`Database.transaction`:
-        UniqueViolation: a unique constraint fired.
-        Unavailable: any other database failure (the driver error as ``__cause__``'s
-            ``orig``), the commit included.
-    """
-    from sqlalchemy.exc import DBAPIError, IntegrityError
-    from sqlalchemy.util import greenlet_spawn
-
-    from cosigner.core.errors import Unavailable
-    from cosigner.db.database import UniqueViolation
-
-    async with db._sqlite_writer():  # noqa: SLF001 - the same in-process writer queue
-        fairy = await db.engine.raw_connection()
-        try:
-            driver = fairy.driver_connection
-            conn = driver._connection if isinstance(driver, InlineConnection) else None  # noqa: SLF001
-            if conn is None:
-                yield None
-                return
-            try:
-                try:
-                    await driver._execute(conn.execute, "BEGIN IMMEDIATE")  # noqa: SLF001
-                    yield conn
-                    await driver._execute(conn.commit)  # noqa: SLF001
-                except sqlite3.Error as exc:
-                    raise DBAPIError.instance("COMMIT", None, exc, sqlite3.Error) from exc
-                except BaseException:
-                    if conn.in_transaction:
-                        try:
-                            conn.rollback()
-                        except sqlite3.Error:
-                            pass
-                    raise
-            except IntegrityError as exc:
-                raise UniqueViolation.from_db(exc) from exc
-            except DBAPIError as exc:
-                if conn.in_transaction:
-                    try:
-                        conn.rollback()
-                    except sqlite3.Error:
-                        pass
-                log.error("database transaction failed: %s", _short(exc))
-                raise Unavailable("the database is unavailable; nothing was recorded",
-                                  code="storage_unavailable") from exc
-        finally:
-            await greenlet_spawn(fairy.close)
-
-
-def _short(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None)
-    return f"{type(orig or exc).__name__}: {str(orig or exc).splitlines()[0][:200]}"
 
 
 def inline_creator(path: str, *, busy_timeout_ms: int) -> Callable[[], InlineConnection]:
