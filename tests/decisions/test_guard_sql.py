@@ -95,3 +95,43 @@ def test_datetime_memo_formats_like_sqlalchemy() -> None:
               NOW + timedelta(microseconds=1), NOW.astimezone(plus1), None, NOW]
     _, params = sqlite_rows(dialect, decisions, [{"created_at": v} for v in values])
     assert [p[0] for p in params] == [proc(v) if v is not None else None for v in values]
+
+
+async def test_raw_batch_failure_answers_503_and_records_nothing(
+        harness: Any, tenant: str, db_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database error inside the raw SQLite batch (here: the guard's read) rolls the
+    whole batch back and answers 503 to every waiter, as the SQLAlchemy path does."""
+    import asyncio
+    import sqlite3
+
+    from sqlalchemy import func, select
+
+    from cosigner.db.raw_insert import sqlite_query
+    from cosigner.db.tables import audit_events, decisions
+
+    if db_kind != "sqlite":
+        pytest.skip("the raw batch is SQLite's")
+    headers = await harness.headers(tenant, "runtime")
+
+    def broken(raw: sqlite3.Connection, pairs: set[tuple[str, str]]) -> set[tuple[str, str]]:
+        sqlite_query(raw, "SELECT no_such_column FROM runs")
+        raise AssertionError("unreachable")
+
+    async def counts() -> list[int]:
+        async with harness.db.read() as conn:
+            return [(await conn.execute(select(func.count()).select_from(table).where(
+                table.c.tenant == tenant))).scalar_one() for table in (decisions,
+                                                                       audit_events)]
+
+    before = await counts()
+    monkeypatch.setattr(guard_sql, "contracted", broken)
+    responses = await asyncio.gather(*(
+        harness.client.post("/v1/decisions", headers=headers,
+                            json=decision_request(request_id=f"r-{i}")) for i in range(6)))
+    assert {r.status_code for r in responses} == {503}
+    assert {r.json()["code"] for r in responses} == {"storage_unavailable"}
+    monkeypatch.undo()
+    assert await counts() == before  # nothing of the failed batches was kept
+    ok = await harness.client.post("/v1/decisions", headers=headers,
+                                   json=decision_request(request_id="r-0"))
+    assert ok.status_code == 200, ok.text
