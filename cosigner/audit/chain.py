@@ -12,6 +12,7 @@ so concurrent writers on several replicas still produce one linear chain.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,12 +20,19 @@ from typing import Any
 from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.audit.masking import mask_with_paths
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
-from cosigner.db.raw_insert import insert_many
+from cosigner.db.raw_insert import (
+    insert_many,
+    raw_sqlite,
+    sqlite_many,
+    sqlite_query,
+    sqlite_rows,
+)
 from cosigner.db.tables import audit_events, audit_heads
 
 SCHEMA_VERSION = 1
@@ -128,9 +136,49 @@ async def append(conn: AsyncConnection, tenant: str, events: list[Event],
     """Append ``events`` in order to ``tenant``'s chain inside the open transaction.
 
     Returns the stored bodies (each with ``seq`` and ``prev_hash``) plus their ``hash``.
-    Database errors propagate to ``Database.transaction`` (→ 503).
+    Database errors propagate to ``Database.transaction`` (→ 503). On a file SQLite
+    database the head is read and moved, and the events inserted, on the transaction's
+    own ``sqlite3`` connection (the same statements, without SQLAlchemy's execute).
     """
+    raw = await raw_sqlite(conn)
+    if raw is not None:
+        return append_raw(raw, conn.dialect, tenant, events, now=now)
     seq, prev = await _lock_head(conn, tenant)
+    stored, rows = _chain(tenant, events, seq, prev, now)
+    if stored:
+        seq, prev = stored[-1]["seq"], stored[-1]["hash"]
+    await insert_many(conn, audit_events, rows)  # the raw driver's executemany
+    await conn.execute(_MOVE_HEAD, {"head_tenant": tenant, "head_seq": seq, "head_hash": prev})
+    return stored
+
+
+def append_raw(raw: sqlite3.Connection, dialect: Dialect, tenant: str, events: list[Event],
+               *, now: datetime) -> list[dict[str, Any]]:
+    """:func:`append` on a SQLite write transaction's own ``sqlite3`` connection (the same
+    statements: the head read, created at genesis, the events' rows, the head moved)."""
+    head = sqlite_query(raw, _RAW_HEAD, (tenant,))
+    if not head:
+        sqlite_query(raw, _RAW_NEW_HEAD, (tenant, GENESIS))
+        head = sqlite_query(raw, _RAW_HEAD, (tenant,))
+    seq, prev = int(head[0][0]), str(head[0][1])
+    stored, rows = _chain(tenant, events, seq, prev, now)
+    if stored:
+        seq, prev = stored[-1]["seq"], stored[-1]["hash"]
+        sqlite_many(raw, *sqlite_rows(dialect, audit_events, rows))
+    sqlite_query(raw, _RAW_MOVE_HEAD, (seq, prev, tenant))
+    return stored
+
+
+_RAW_HEAD = "SELECT seq, hash FROM audit_heads WHERE tenant = ?"
+_RAW_NEW_HEAD = ("INSERT INTO audit_heads (tenant, seq, hash) VALUES (?, 0, ?) "
+                 "ON CONFLICT (tenant) DO NOTHING")
+_RAW_MOVE_HEAD = "UPDATE audit_heads SET seq = ?, hash = ? WHERE tenant = ?"
+
+
+def _chain(tenant: str, events: list[Event], seq: int, prev: str, now: datetime
+           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The stored bodies (with their hash) and the ``audit_events`` rows of ``events``
+    chained after ``(seq, prev)``."""
     stored: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     for event in events:
@@ -138,20 +186,19 @@ async def append(conn: AsyncConnection, tenant: str, events: list[Event],
         at = event.time or now
         body = event_body(event, tenant=tenant, seq=seq, time=at, prev_hash=prev)
         text, digest = hash_body(body)
+        policy = event.policy or {}
         rows.append({
             "tenant": tenant, "seq": seq, "type": event.type, "time": at,
             "decision_id": event.decision_id, "approval_id": event.approval_id,
             "permit_jti": event.permit_jti, "run_id": event.run_id, "tool": event.tool,
             "effect": event.effect, "principal": event.principal,
-            "policy_id": (event.policy or {}).get("id"),
-            "policy_version": (event.policy or {}).get("version"),
+            "policy_id": policy.get("id"), "policy_version": policy.get("version"),
             "mode": event.mode, "body": text, "hash": digest,
         })
-        stored.append({**body, "hash": digest})
+        body["hash"] = digest
+        stored.append(body)
         prev = digest
-    await insert_many(conn, audit_events, rows)  # the raw driver's executemany
-    await conn.execute(_MOVE_HEAD, {"head_tenant": tenant, "head_seq": seq, "head_hash": prev})
-    return stored
+    return stored, rows
 
 
 def verify_bodies(bodies: list[tuple[str, str]], *, start_prev: str = GENESIS,

@@ -30,11 +30,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Table
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -46,7 +48,8 @@ from cosigner.db.database import (
     UniqueViolation,
     _short,
 )
-from cosigner.db.raw_insert import insert_many
+from cosigner.db.raw_insert import insert_many, sqlite_many, sqlite_rows
+from cosigner.db.raw_transaction import raw_transaction
 
 log = logging.getLogger("cosigner.db.batch")
 
@@ -80,14 +83,33 @@ Finish = Callable[[AsyncConnection, list[Write]], Awaitable[None]]
 Guard = Callable[[AsyncConnection, list[Write]], Awaitable[dict[int, CosignerError]]]
 
 
-def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
+@dataclass(frozen=True, slots=True)
+class RawHooks:
+    """``guard`` and ``finish`` on a SQLite write transaction's own ``sqlite3``
+    connection (same reads and writes as their SQLAlchemy twins), for batches of prepared
+    :class:`Write` s only: such a batch then never touches SQLAlchemy
+    (:func:`cosigner.db.raw_transaction.raw_transaction`)."""
+
+    guard: Callable[[sqlite3.Connection, Dialect, list[Write]], dict[int, CosignerError]]
+    finish: Callable[[sqlite3.Connection, Dialect, list[Write]], None]
+
+
+def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None,
+                     raw: RawHooks | None = None
                      ) -> Callable[[list[Item]], Awaitable[list[Any]]]:
-    """A ``run_batch`` for :class:`GroupCommitter` over :data:`Item` s."""
+    """A ``run_batch`` for :class:`GroupCommitter` over :data:`Item` s. With ``raw``
+    hooks, a batch of prepared writes only on a file SQLite database runs on the driver
+    (the optimistic bulk attempt; a redo item by item takes the SQLAlchemy path)."""
 
     async def run_batch(items: list[Item]) -> list[Any]:
         bulk, aborted = True, 0
         while True:
             try:
+                if bulk and raw is not None and db.is_sqlite and all(
+                        type(item) is Write for item in items):
+                    outcomes = await _run_raw(items)  # type: ignore[arg-type]
+                    if outcomes is not None:
+                        return outcomes
                 return await _run(items, bulk=bulk)
             except (UniqueViolation, _RedoItemByItem):
                 if not bulk:
@@ -162,15 +184,50 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
             await finish(conn, done)
         return outcomes
 
+    async def _run_raw(items: list[Write]) -> list[Any] | None:
+        """The bulk attempt of an all-prepared batch on SQLite's own driver, or ``None``
+        when the database is not a file (no inline driver)."""
+        assert raw is not None
+        async with raw_transaction(db) as conn:
+            if conn is None:
+                return None
+            dialect = db.engine.dialect
+            refused = raw.guard(conn, dialect, items) if guard is not None else {}
+            outcomes: list[Any] = []
+            done: list[Write] = []
+            for index, item in enumerate(items):
+                if index in refused:
+                    outcomes.append(refused[index])
+                else:
+                    outcomes.append(item)
+                    done.append(item)
+            for table, rows in _by_table(done).items():  # parents before children
+                for same in _same_keys(rows):
+                    sqlite_many(conn, *sqlite_rows(dialect, table, same))
+            raw.finish(conn, dialect, done)
+        return outcomes
+
     return run_batch
 
 
-async def _insert_prepared(conn: AsyncConnection, writes: list[Write]) -> None:
+def _by_table(writes: list[Write]) -> dict[Table, list[dict[str, Any]]]:
     by_table: dict[Table, list[dict[str, Any]]] = {}
     for write in writes:
         for table, values in write.rows:
             by_table.setdefault(table, []).append(values)
-    for table, rows in by_table.items():  # insertion order: parents before children
+    return by_table
+
+
+def _same_keys(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``rows`` grouped by their keys, in order of first appearance (one INSERT each)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row), []).append(row)
+    return list(groups.values())
+
+
+async def _insert_prepared(conn: AsyncConnection, writes: list[Write]) -> None:
+    for table, rows in _by_table(writes).items():  # insertion order: parents before children
         await insert_many(conn, table, rows)  # the raw driver's executemany
 
 

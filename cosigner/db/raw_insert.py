@@ -27,7 +27,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import DateTime, Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -51,11 +51,33 @@ def _plan(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> _Plan:
             column = table.columns[name]
             proc = column.type.dialect_impl(dialect).bind_processor(dialect)
             if proc is not None:
+                if isinstance(column.type, DateTime):
+                    proc = _last_value(proc)
                 processors.append((i, proc))
         sql = (f"INSERT INTO {table.name} ({', '.join(keys)}) "
                f"VALUES ({', '.join('?' * len(keys))})")
         plan = _PLANS[(id(dialect), table.name, keys)] = (sql, keys, tuple(processors))
     return plan
+
+
+def _last_value(proc: _Processor) -> _Processor:
+    """``proc`` answering a repeat of its previous argument from memory. A batch's rows
+    share few instants (one decision: its row, its two events and its permit row carry the
+    same ``now``), and SQLite's ``DateTime`` text formatting is the costliest bind
+    processor. Datetimes are immutable; one equal to the last (same instant) with the
+    same UTC offset has the same wall-clock fields, which is all the text holds."""
+    last: list[Any] = [object(), None]
+
+    def process(value: Any) -> Any:
+        prev = last[0]
+        if value is prev or (type(value) is type(prev) and value == prev
+                             and value.utcoffset() == prev.utcoffset()):
+            return last[1]  # same instant and offset: the same wall-clock fields
+        out = proc(value)
+        last[0], last[1] = value, out
+        return out
+
+    return process
 
 
 async def raw_sqlite(conn: AsyncConnection) -> sqlite3.Connection | None:
@@ -105,9 +127,24 @@ async def insert_many(conn: AsyncConnection, table: Table,
     if db is None:
         await conn.execute(table.insert(), list(rows))
         return
-    sql, params = sqlite_rows(conn.dialect, table, rows)
+    sqlite_many(db, *sqlite_rows(conn.dialect, table, rows))
+
+
+def sqlite_many(db: sqlite3.Connection, sql: str, params: list[list[Any]]) -> None:
+    """``executemany`` on the raw ``sqlite3`` connection, errors raised as SQLAlchemy's."""
     try:
         db.executemany(sql, params)
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
+
+
+def sqlite_query(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()
+                 ) -> list[Any]:
+    """Run ``sql`` on the raw ``sqlite3`` connection of :func:`raw_sqlite` (inside the
+    caller's transaction) and return its rows; driver errors raised as SQLAlchemy's (see
+    :func:`insert_many`)."""
+    try:
+        return db.execute(sql, params).fetchall()
     except sqlite3.Error as exc:
         raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
 

@@ -13,16 +13,18 @@ the COMMIT that holds its events (invariant 2).
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import bindparam, select
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import rejections
-from cosigner.audit.chain import Event, append
+from cosigner.audit.chain import Event, append, append_raw
 from cosigner.context import AppContext
 from cosigner.core import logs, tracing
 from cosigner.core.canonical import args_hash as compute_args_hash
@@ -34,10 +36,12 @@ from cosigner.core.load import Shedding
 from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
 from cosigner.core.settings import Settings
-from cosigner.db.batch import Item, Write, savepoint_runner
+from cosigner.db.batch import Item, RawHooks, Write, savepoint_runner
 from cosigner.db.database import Database, UniqueViolation
 from cosigner.db.group_commit import GroupCommitter
+from cosigner.db.raw_insert import raw_sqlite
 from cosigner.db.tables import decisions
+from cosigner.decisions import guard_sql
 from cosigner.decisions.plan import Assumed, Call, DecisionPlan
 from cosigner.identity.principals import Caller
 from cosigner.policy.result import deny
@@ -71,13 +75,18 @@ def decision_log_writer(db: Database, settings: Settings,
     call) is confirmed first, one query each per batch (``confirm``)."""
 
     async def chain_events(conn: AsyncConnection, written: list[Write]) -> None:
-        by_tenant: dict[str, list[Event]] = {}
-        for item in written:
-            by_tenant.setdefault(item.tenant, []).extend(item.events)
+        by_tenant = _events_by_tenant(written)
         # Heads locked in one global order, so two replicas' batches form no lock cycle.
         for tenant in sorted(by_tenant):
             events = by_tenant[tenant]
             await append(conn, tenant, events, now=events[0].time or datetime.now(UTC))
+
+    def chain_events_raw(raw: sqlite3.Connection, dialect: Dialect,
+                         written: list[Write]) -> None:
+        by_tenant = _events_by_tenant(written)
+        for tenant in sorted(by_tenant):
+            events = by_tenant[tenant]
+            append_raw(raw, dialect, tenant, events, now=events[0].time or datetime.now(UTC))
 
     async def confirm(conn: AsyncConnection, written: list[Write]
                       ) -> dict[int, CosignerError]:
@@ -87,31 +96,61 @@ def decision_log_writer(db: Database, settings: Settings,
         # on the locked path, which denies them (cosigner.approvals.rejections).
         # A retried request_id: answered from the first decision, read here in one
         # indexed query for the whole batch (no failed insert, no rollback).
-        assumed: list[Assumed] = [item.assumes for item in written]
-        runs = {a.run for a in assumed if a is not None}
-        calls = {a.call for a in assumed if a is not None and a.call is not None}
-        requests = {a.request for a in assumed if a is not None}
+        assumed, runs, calls, requests = _assumptions(written)
+        raw = await raw_sqlite(conn)
+        if raw is not None:  # the same three queries on the driver (guard_sql.py)
+            return confirm_raw(raw, conn.dialect, written)
         decided = await _decided(conn, requests) if requests else {}
         contracted = await contracts.contracted(conn, runs) if runs else set()
         rejected = await rejections.rejected_calls(conn, calls) if calls else set()
-        refused: dict[int, CosignerError] = {}
-        for i, a in enumerate(assumed):
-            if a is None:
-                continue
-            if a.request in decided:
-                refused[i] = AlreadyDecided(decided[a.request])
-            elif a.run in contracted:
-                refused[i] = contracts.RunContractFound("the run has a contract")
-            elif a.call in rejected:
-                refused[i] = rejections.RejectionFound("a reviewer rejected this call")
-        return refused
+        return _refusals(assumed, decided, contracted, rejected)
 
-    return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=confirm),
+    def confirm_raw(raw: sqlite3.Connection, dialect: Dialect, written: list[Write]
+                    ) -> dict[int, CosignerError]:
+        assumed, runs, calls, requests = _assumptions(written)
+        return _refusals(
+            assumed, guard_sql.decided(raw, dialect, requests) if requests else {},
+            guard_sql.contracted(raw, runs) if runs else set(),
+            guard_sql.rejected_calls(raw, calls) if calls else set())
+
+    return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=confirm,
+                                           raw=RawHooks(confirm_raw, chain_events_raw)),
                           max_batch=settings.log_batch_max,
                           max_wait_s=settings.log_batch_wait_ms / 1000,
                           max_queue=settings.log_queue_max,
                           max_queue_per_key=settings.log_queue_per_tenant_max,
                           shedding=shedding, name="decisions")
+
+
+def _events_by_tenant(written: list[Write]) -> dict[str, list[Event]]:
+    by_tenant: dict[str, list[Event]] = {}
+    for item in written:
+        by_tenant.setdefault(item.tenant, []).extend(item.events)
+    return by_tenant
+
+
+def _assumptions(written: list[Write]) -> tuple[list[Assumed | None], set[Any], set[Any],
+                                                set[tuple[str, str]]]:
+    assumed: list[Assumed | None] = [item.assumes for item in written]
+    runs = {a.run for a in assumed if a is not None}
+    calls = {a.call for a in assumed if a is not None and a.call is not None}
+    requests = {a.request for a in assumed if a is not None}
+    return assumed, runs, calls, requests
+
+
+def _refusals(assumed: list[Assumed | None], decided: dict[tuple[str, str], Any],
+              contracted: set[Any], rejected: set[Any]) -> dict[int, CosignerError]:
+    refused: dict[int, CosignerError] = {}
+    for i, a in enumerate(assumed):
+        if a is None:
+            continue
+        if a.request in decided:
+            refused[i] = AlreadyDecided(decided[a.request])
+        elif a.run in contracted:
+            refused[i] = contracts.RunContractFound("the run has a contract")
+        elif a.call in rejected:
+            refused[i] = rejections.RejectionFound("a reviewer rejected this call")
+    return refused
 
 
 def input_document(caller: Caller, req: DecisionRequest, *, now: str,

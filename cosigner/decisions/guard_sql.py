@@ -1,0 +1,76 @@
+"""The group-commit guard's three reads on SQLite's own driver (no SQLAlchemy execute).
+
+:func:`cosigner.decisions.pdp.decision_log_writer`'s ``confirm`` runs, once per batch and
+under the write lock, the same three queries as :func:`cosigner.decisions.pdp._decided`,
+:func:`cosigner.runs.contracts.contracted` and
+:func:`cosigner.approvals.rejections.rejected_calls`. On a file SQLite database (the
+inline driver, :mod:`cosigner.db.sqlite_inline`) it runs them here as plain SQL on the
+``sqlite3`` connection of the batch's transaction: SQLAlchemy's execution context and
+result set cost more than the query itself (issue 20). Same tables, same predicates,
+same answers — tests/decisions/test_guard_sql.py compares each with its SQLAlchemy
+original on the same rows. Driver errors surface as SQLAlchemy's
+(:func:`cosigner.db.raw_insert.sqlite_query`), so the batch fails closed as before.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, NamedTuple
+
+from sqlalchemy.engine import Dialect
+
+from cosigner.db.raw_insert import sqlite_query
+from cosigner.db.tables import decisions
+
+_Call = tuple[str, str, str, str]
+
+
+class Decided(NamedTuple):
+    """A first decision's stored ``request_hash`` and ``response`` (as ``_decided``'s row)."""
+
+    request_id: str
+    request_hash: str
+    response: Any
+
+
+def _marks(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+def decided(raw: sqlite3.Connection, dialect: Dialect, requests: set[tuple[str, str]]
+            ) -> dict[tuple[str, str], Decided]:
+    """``pdp._decided``: one query per tenant on the unique ``(tenant, request_id)`` key."""
+    by_tenant: dict[str, list[str]] = {}
+    for tenant, request_id in requests:
+        by_tenant.setdefault(tenant, []).append(request_id)
+    load = decisions.c.response.type.dialect_impl(dialect).result_processor(dialect, None)
+    found: dict[tuple[str, str], Decided] = {}
+    for tenant, ids in sorted(by_tenant.items()):
+        rows = sqlite_query(raw, "SELECT request_id, request_hash, response FROM decisions "
+                            f"WHERE tenant = ? AND request_id IN ({_marks(len(ids))})",
+                            [tenant, *ids])
+        for request_id, request_hash, response in rows:
+            found[(tenant, request_id)] = Decided(
+                request_id, request_hash, load(response) if load else response)
+    return found
+
+
+def contracted(raw: sqlite3.Connection, pairs: set[tuple[str, str]]
+               ) -> set[tuple[str, str]]:
+    """``contracts.contracted``: which ``(tenant, run_id)`` pairs have a contract."""
+    ids = sorted({run_id for _, run_id in pairs})
+    rows = sqlite_query(raw, f"SELECT tenant, run_id FROM runs WHERE run_id IN "
+                        f"({_marks(len(ids))})", ids)
+    return {(tenant, run_id) for tenant, run_id in rows} & pairs
+
+
+def rejected_calls(raw: sqlite3.Connection, calls: set[_Call]) -> set[_Call]:
+    """``rejections.rejected_calls``: which calls have a standing (not withdrawn)
+    rejection."""
+    tenants = sorted({call[0] for call in calls})
+    runs = sorted({call[1] for call in calls})
+    rows = sqlite_query(
+        raw, "SELECT tenant, run_id, tool, args_hash FROM approvals "
+        f"WHERE tenant IN ({_marks(len(tenants))}) AND run_id IN ({_marks(len(runs))}) "
+        "AND status = 'rejected' AND withdrawn_at IS NULL", [*tenants, *runs])
+    return {(t, r, tool, h) for t, r, tool, h in rows} & calls
