@@ -26,7 +26,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, bindparam, select
+from sqlalchemy import and_, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals.requests import event, load, reviews_of
@@ -93,7 +93,11 @@ _STANDING_CALL = (
     .where(approvals.c.tenant == bindparam("tenant"),
            approvals.c.run_id == bindparam("run_id"), approvals.c.tool == bindparam("tool"),
            approvals.c.args_hash == bindparam("args_hash"), _STANDING)
-    .order_by(approvals.c.decided_at.desc()).limit(1))
+    # Ordered by an expression, not the column: SQLite otherwise walks the tenant's whole
+    # ix_approvals_tenant_decided index for the LIMIT 1 (a cost growing with every request
+    # the tenant ever opened) instead of seeking the tiny partial index of rejections.
+    .order_by(func.coalesce(approvals.c.decided_at, approvals.c.decided_at).desc())
+    .limit(1))
 _STANDING_CALL_RAW = RawStatement(_STANDING_CALL)
 
 
