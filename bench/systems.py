@@ -210,9 +210,11 @@ class RedeemWorkload(Workload):
                     part.unlink()
             self.pool = sum(1 for _ in tokens.open())
             if target is None:
-                # Redeems needed: the cell at the redeem rate seen so far (else the mint
-                # rate), 30 % margin, plus the requests in flight when wrk stops.
-                target = 1.3 * (rate or minted.rps) * seconds + 4 * connections + 20
+                # Redeems needed: the cell at the redeem rate seen so far (else three
+                # times the mint rate: a redeem costs less than half an allow since
+                # they run on the raw driver), 30 % margin, plus the requests in flight
+                # when wrk stops.
+                target = 1.3 * (rate or 3 * minted.rps) * seconds + 4 * connections + 20
             if self.pool >= target:
                 break
         if self.pool == 0:

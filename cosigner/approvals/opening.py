@@ -15,7 +15,7 @@ from functools import lru_cache
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, text
+from sqlalchemy import bindparam, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -35,6 +35,8 @@ from cosigner.audit.masking import mask_value
 from cosigner.core.canonical import canonicalize
 from cosigner.core.errors import Conflict, InvalidRequest, NotFound, PolicyError
 from cosigner.core.ids import new_id
+from cosigner.db.raw_insert import raw_sqlite
+from cosigner.db.raw_sql import RawStatement
 from cosigner.db.tables import decisions
 from cosigner.db.tables_approvals import approvals
 from cosigner.identity.principals import Caller
@@ -86,6 +88,25 @@ def _insert_pending(dialect: str) -> Any:
     ).returning(approvals.c.id)
 
 
+#: The columns :func:`open_request` inserts (every column without a server default).
+_OPEN_COLUMNS = ("id", "tenant", "kind", "decision_id", "run_id", "tool", "args_hash", "args",
+                 "mask", "requirement", "status", "initiator", "principal", "opened_by",
+                 "reasons", "policy", "reason", "created_at", "expires_at")
+_INSERT_PENDING_RAW = RawStatement(sqlite_insert(approvals).values(
+    {name: bindparam(name) for name in _OPEN_COLUMNS}).on_conflict_do_nothing(
+    index_elements=["tenant", "run_id", "tool", "args_hash"],
+    index_where=text("status = 'pending'")).returning(approvals.c.id))
+
+
+async def _insert(conn: AsyncConnection, values: dict[str, Any]) -> bool:
+    """Insert the pending request unless its twin is pending (True when inserted); on
+    SQLite on the batch's own ``sqlite3`` connection, else through Core."""
+    raw = await raw_sqlite(conn)
+    if raw is not None:
+        return bool(_INSERT_PENDING_RAW.run(raw, conn.dialect, values)[0])
+    return (await conn.execute(_insert_pending(conn.dialect.name), values)).first() is not None
+
+
 async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallFacts,
                        requirement: ApprovalRequirement, opened_by: dict[str, Any],
                        now: datetime, kind: str = "policy",
@@ -115,7 +136,7 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
             requirement=requirement.as_dict(), status="pending", initiator=call.initiator,
             principal=call.principal, opened_by=opened_by, reasons=call.reasons,
             policy=call.policy, reason=reason, created_at=now, expires_at=expires_at)
-        if (await conn.execute(_insert_pending(conn.dialect.name), values)).first():
+        if await _insert(conn, values):
             row = SimpleNamespace(**values, stage=1, decided_at=None, permit_jti=None,
                                   permit=None)
             events.append(event("approval.requested", row, opened_by, kind=kind,

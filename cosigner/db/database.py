@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from cosigner.core.errors import Conflict, Unavailable
+from cosigner.db.raw_sql import close_reader
 from cosigner.db.sqlite_inline import inline_creator
 
 log = logging.getLogger("cosigner.db")
@@ -179,6 +180,7 @@ class Database:
             return False
 
     async def dispose(self) -> None:
+        close_reader(self)  # the raw read connection (cosigner.db.raw_sql), if opened
         await self.engine.dispose()
         if self.bulk_engine is not self.engine:
             await self.bulk_engine.dispose()

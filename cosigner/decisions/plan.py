@@ -162,17 +162,19 @@ class DecisionPlan:
             response.update(effect="deny", reasons=[refused.as_dict()], approval=None)
         requirement = self.evaluation.result.approval
         standing_id, approval_events = await self._use_standing(conn, response, requirement)
-        if (response["effect"] == "require_approval" and requirement is not None
-                and not self.call.shadow):
-            await conn.execute(call_inputs.insert(), self._call_input_row())
+        gated = (response["effect"] == "require_approval" and requirement is not None
+                 and not self.call.shadow)
+        if gated:
             approval_events = await approval_requests.record_gate(
                 conn, self.deps.settings, self.call.caller, response=response,
                 requirement=requirement, input_doc=self.input_doc, mask=self.mask,
                 now=self.now)
         events, rows = self._writes(response, standing_id=standing_id)
-        for table, row in rows:
-            await conn.execute(table.insert(), row)
-        return Write(self.tenant, events[:1] + approval_events + events[1:], response)
+        if gated:
+            rows.append((call_inputs, self._call_input_row()))
+        # The rows go in with the batch's bulk insert (or, redone item by item, in this
+        # item's savepoint): nothing in the batch reads them back before the commit.
+        return Write(self.tenant, events[:1] + approval_events + events[1:], response, rows)
 
     async def _use_standing(self, conn: AsyncConnection, response: dict[str, Any],
                             requirement: ApprovalRequirement | None

@@ -9,9 +9,10 @@ redeemed. Refusals are logged through :func:`refusal_writer`, one COMMIT per bat
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import and_, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -29,6 +30,8 @@ from cosigner.core.settings import Settings
 from cosigner.db.batch import Write
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
+from cosigner.db.raw_insert import raw_sqlite
+from cosigner.db.raw_sql import RawStatement, read_connection
 from cosigner.db.tables import permits as permits_table
 from cosigner.db.tables_approvals import approvals, call_inputs, reviews, standing_approvals
 from cosigner.identity.principals import Caller
@@ -49,6 +52,17 @@ _PERMIT_AND_INPUT = select(
     call_inputs.c.decision_id == bindparam("decision_id"),
     call_inputs.c.tenant == permits_table.c.tenant))).where(
     permits_table.c.jti == bindparam("jti"), permits_table.c.tenant == bindparam("tenant"))
+
+
+# The same read with only the columns redeem needs, for the raw driver.
+_PERMIT_AND_INPUT_RAW = RawStatement(select(
+    permits_table.c.status, permits_table.c.expires_at, call_inputs.c.input,
+    call_inputs.c.mask,
+).select_from(permits_table.outerjoin(call_inputs, and_(
+    call_inputs.c.decision_id == bindparam("decision_id"),
+    call_inputs.c.tenant == permits_table.c.tenant))).where(
+    permits_table.c.jti == bindparam("jti"), permits_table.c.tenant == bindparam("tenant")))
+_REDEEM_RAW = RawStatement(_REDEEM)
 
 
 _STATE_REFUSALS = {"redeemed": ("already_redeemed", "the permit was already redeemed"),
@@ -130,17 +144,13 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
     try:
         claims = await _verify(deps, token, now)
         check_binding(claims, tenant=caller.tenant, tool=tool, args_hash=presented_hash)
-        async with deps.db.read() as conn:
-            # The permit's state and the recorded call input, in one statement.
-            row = (await conn.execute(_PERMIT_AND_INPUT, {
-                "jti": claims.jti, "tenant": caller.tenant,
-                "decision_id": claims.decision_id})).first()
-            early = _state_refusal(row, now)
-            if early is not None:
-                raise early
-            stored = (None if row is None or row.call_input is None
-                      else (dict(row.call_input), list(row.call_mask)))
-            counted = await _counted_roles(conn, claims.approval_id)
+        read = _read_raw(deps.db, caller.tenant, claims)
+        if read is None:
+            read = await _read(deps.db, caller.tenant, claims)
+        row, stored, counted = read
+        early = _state_refusal(row, now)
+        if early is not None:
+            raise early
         await _recheck_policy(deps, caller.tenant, claims, stored, args, counted, now)
     except PermitRefused as exc:
         await _log(deps, caller.tenant,
@@ -150,12 +160,16 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
 
     async def work(conn: AsyncConnection) -> Write:
         # In the decision log's group commit: one COMMIT for many redeems and decisions.
-        rejected = await _standing_rejection(conn, caller.tenant, redeemed)
+        raw = await raw_sqlite(conn)
+        rejected = await _standing_rejection(conn, caller.tenant, redeemed, raw)
         if rejected is not None:
             return await _revoke_rejected(conn, caller, redeemed, rejected, now)
-        result = await conn.execute(_REDEEM, {"p_jti": redeemed.jti,
-                                              "p_tenant": caller.tenant, "p_at": now})
-        if result.rowcount == 1:
+        values = {"p_jti": redeemed.jti, "p_tenant": caller.tenant, "p_at": now}
+        if raw is not None:  # the committer's own sqlite3 connection, same transaction
+            changed = _REDEEM_RAW.run(raw, conn.dialect, values)[1]
+        else:
+            changed = (await conn.execute(_REDEEM, values)).rowcount
+        if changed == 1:
             event = _claims_event("permit.redeemed", caller, redeemed, {})
             return Write(caller.tenant, [replace(event, time=now)], None)
         # A concurrent redeem won (or the permit was revoked meanwhile).
@@ -179,17 +193,23 @@ _STANDING_REJECTION = select(approvals.c.id).where(
     approvals.c.status == "rejected", approvals.c.withdrawn_at.is_(None)).limit(1)
 
 
-async def _standing_rejection(conn: AsyncConnection, tenant: str,
-                              claims: PermitClaims) -> str | None:
+async def _standing_rejection(conn: AsyncConnection, tenant: str, claims: PermitClaims,
+                              raw: sqlite3.Connection | None = None) -> str | None:
     """The id of a standing rejection of the permit's call (tenant, run, tool, args hash),
     read in the redeem's write transaction: a permit minted for the same call before a
     reviewer rejected it (a sibling decision, or one racing the rejection) never runs it
     (rejections stick, issue 13). One lookup in the partial index of standing
     rejections (``ix_approvals_rejected_call``)."""
-    found = (await conn.execute(_STANDING_REJECTION, {
-        "tenant": tenant, "run_id": claims.run, "tool": claims.tool,
-        "args_hash": claims.args_hash})).scalar()
+    values = {"tenant": tenant, "run_id": claims.run, "tool": claims.tool,
+              "args_hash": claims.args_hash}
+    if raw is not None:
+        rows = _STANDING_REJECTION_RAW.run(raw, conn.dialect, values)[0]
+        return str(rows[0][0]) if rows else None
+    found = (await conn.execute(_STANDING_REJECTION, values)).scalar()
     return None if found is None else str(found)
+
+
+_STANDING_REJECTION_RAW = RawStatement(_STANDING_REJECTION)
 
 
 async def _revoke_rejected(conn: AsyncConnection, caller: Caller, claims: PermitClaims,
@@ -253,14 +273,60 @@ def refusal_writer(db: Database, settings: Settings,
                           shedding=shedding, name="refusals")
 
 
-async def _counted_roles(conn: AsyncConnection, approval_id: str | None) -> list[str] | None:
-    if approval_id is None:
-        return None
-    found = (await conn.execute(select(reviews.c.role).join(
-        approvals, approvals.c.id == reviews.c.approval_id).where(
-        reviews.c.approval_id == approval_id, reviews.c.decision == "approved",
-        reviews.c.role.is_not(None), reviews.c.stage == approvals.c.stage))).scalars().all()
-    return [str(role) for role in found]
+_COUNTED_ROLES = select(reviews.c.role).join(
+    approvals, approvals.c.id == reviews.c.approval_id).where(
+    reviews.c.approval_id == bindparam("approval_id"), reviews.c.decision == "approved",
+    reviews.c.role.is_not(None), reviews.c.stage == approvals.c.stage)
+_COUNTED_ROLES_RAW = RawStatement(_COUNTED_ROLES)
+
+
+class _PermitState(NamedTuple):
+    status: str
+    expires_at: datetime
+
+
+_Read = tuple[_PermitState | None, tuple[dict[str, Any], list[str]] | None, list[str] | None]
+
+
+def _read_raw(db: Database, tenant: str, claims: PermitClaims) -> _Read | None:
+    """:func:`_read` on the raw ``sqlite3`` driver, in one snapshot; ``None`` when the
+    database is not a SQLite file (:func:`cosigner.db.raw_sql.read_connection`)."""
+    with read_connection(db) as conn:
+        if conn is None:
+            return None
+        dialect = db.engine.dialect
+        rows = _PERMIT_AND_INPUT_RAW.run(conn, dialect, {
+            "jti": claims.jti, "tenant": tenant, "decision_id": claims.decision_id})[0]
+        if not rows:
+            return None, None, None
+        status, expires_at, call_input, call_mask = rows[0]
+        row = _PermitState(status, expires_at)
+        stored = None if call_input is None else (dict(call_input), list(call_mask))
+        counted = None
+        if claims.approval_id is not None:
+            found = _COUNTED_ROLES_RAW.run(conn, dialect,
+                                           {"approval_id": claims.approval_id})[0]
+            counted = [str(role) for (role,) in found]
+        return row, stored, counted
+
+
+async def _read(db: Database, tenant: str, claims: PermitClaims) -> _Read:
+    """The permit's state, its call's recorded input ``(input, mask)`` and the roles of
+    the approval's counted reviews (``None`` without an approval), in one read."""
+    async with db.read() as conn:
+        row = (await conn.execute(_PERMIT_AND_INPUT, {
+            "jti": claims.jti, "tenant": tenant,
+            "decision_id": claims.decision_id})).first()
+        if row is None:
+            return None, None, None
+        stored = (None if row.call_input is None
+                  else (dict(row.call_input), list(row.call_mask)))
+        counted = None
+        if claims.approval_id is not None:
+            found = (await conn.execute(_COUNTED_ROLES, {
+                "approval_id": claims.approval_id})).scalars().all()
+            counted = [str(role) for role in found]
+        return _PermitState(row.status, row.expires_at), stored, counted
 
 
 async def _standing_live(deps: AppContext, tenant: str, standing_id: str) -> bool:

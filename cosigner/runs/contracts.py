@@ -32,6 +32,7 @@ order:
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -51,6 +52,8 @@ from cosigner.core.errors import (
 )
 from cosigner.core.pointer import resolve
 from cosigner.db.database import Database, UniqueViolation
+from cosigner.db.raw_insert import raw_sqlite
+from cosigner.db.raw_sql import RawStatement
 from cosigner.db.tables import decisions
 from cosigner.db.tables_runs import runs
 from cosigner.identity.principals import Caller
@@ -229,10 +232,19 @@ async def load(conn: AsyncConnection, tenant: str, run_id: str, *,
     ``for_update`` locks the row on PostgreSQL (SQLite's write transaction already holds
     the database lock).
     """
+    values = {"tenant": tenant, "run_id": run_id}
+    raw = await raw_sqlite(conn)
+    if raw is not None:  # SQLite: the connection's own sqlite3 driver, no Core round trip
+        rows = _RUN_RAW.run(raw, conn.dialect, values)[0]
+        return _state(_RunRow(*rows[0])) if rows else None
     query = (_RUN_FOR_UPDATE if for_update and conn.dialect.name == "postgresql"
              else _RUN)
-    row = (await conn.execute(query, {"tenant": tenant, "run_id": run_id})).first()
+    row = (await conn.execute(query, values)).first()
     return _state(row) if row is not None else None
+
+
+_RUN_RAW = RawStatement(_RUN)
+_RunRow = namedtuple("_RunRow", [column.key for column in runs.columns])  # noqa: PYI024
 
 
 async def contracted(conn: AsyncConnection, pairs: set[tuple[str, str]]
