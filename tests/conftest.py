@@ -309,3 +309,22 @@ def live_server_factory(database_url: str, tmp_path: Path) -> Iterator[Callable[
     yield make
     for server in servers:
         server.stop()
+
+
+#: Debian's Chromium, driven by Playwright in the browser tests (``-m browser``).
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium per test module (scripts/ensure-test-deps.sh installs it)."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail("chromium is missing: run scripts/ensure-test-deps.sh")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield launched
+        launched.close()

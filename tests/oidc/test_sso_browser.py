@@ -29,9 +29,6 @@ from tests.oidc.conftest import ACR_MFA, ACR_PWD, OTP, TestIdP, provider_setting
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 RUN = uuid.uuid4().hex[:8]
 SSO = f"{RUN}-sso"          # single sign-on and passwords
 SSO_ONLY = f"{RUN}-ssoonly"  # single sign-on only
@@ -78,18 +75,6 @@ def server(db_kind: str, pg_url: str | None, sqlite_template: Path, idp: TestIdP
     idp.start([url + "/ui/oidc/callback"], folder / "idp.log")
     yield live
     live.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("chromium is missing: run scripts/ensure-test-deps.sh")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture
@@ -147,6 +132,12 @@ class Scene:
         page.click("#idp-submit")
         page.wait_for_url(self.server.url + "/**")
         page.wait_for_load_state()
+        # A successful callback answers with a page that refreshes to the target (a refused
+        # one stays on its error page): wait for that refresh, or a navigation started
+        # before it would be interrupted by it.
+        if page.locator('meta[http-equiv="refresh"]').count():
+            page.wait_for_url(lambda url: "/ui/oidc/callback" not in url)
+            page.wait_for_load_state()
 
 
 @pytest.fixture

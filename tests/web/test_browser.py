@@ -21,23 +21,8 @@ from tests.web.conftest import review_bundle as make_review_bundle
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 OUTPUT = ROOT / "test-output"
 SHORT_TTL_MS = 10_000  # long enough to open the page on a busy machine
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("chromium is missing: run scripts/ensure-test-deps.sh")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

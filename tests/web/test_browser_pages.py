@@ -24,7 +24,7 @@ import pytest
 from cosigner.web import amounts
 from tests.conftest import ROOT, LiveServer, start_module_server
 from tests.web.conftest import refund_request
-from tests.web.test_browser import ARGS, CHROMIUM, OUTPUT, Scene
+from tests.web.test_browser import OUTPUT, Scene
 
 pytestmark = pytest.mark.browser
 
@@ -51,18 +51,6 @@ def _axe_source() -> str:
         subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=AXE,
                        check=True, timeout=300)
     return script.read_text()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("chromium is missing: run scripts/ensure-test-deps.sh")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")

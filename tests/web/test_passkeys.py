@@ -22,7 +22,7 @@ import pytest
 from tests.approvals.signed import signed_bundle
 from tests.conftest import LiveServer, decision_request, free_port, migrated_database
 from tests.web.conftest import PASSWORD, permit_claims
-from tests.web.test_browser import browser, cli  # noqa: F401  (the shared Chromium fixture)
+from tests.web.test_browser import cli
 
 pytestmark = pytest.mark.browser
 
@@ -157,7 +157,7 @@ class Scene:
 
 
 @pytest.fixture
-def scene(server: LiveServer, browser: Any) -> Iterator[Scene]:  # noqa: F811
+def scene(server: LiveServer, browser: Any) -> Iterator[Scene]:
     made = Scene(server, browser)
     yield made
     made.close()
