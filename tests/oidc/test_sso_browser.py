@@ -172,6 +172,7 @@ def test_sign_in_with_the_provider_and_approve(scene: Scene, page: Any) -> None:
 def test_roles_follow_the_groups_at_each_sign_in(scene: Scene, page: Any) -> None:
     sub = person(scene.idp, "treasury")
     scene.sso(page, sub)
+    page.wait_for_url(scene.server.url + "/ui")  # signed in: the inbox, nothing in flight
     scene.idp.account(sub, "finance-approvers")
     page.context.clear_cookies()
     scene.sso(page, sub)
