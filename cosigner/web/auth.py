@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.responses import Response
 
 from cosigner.http.deps import context
 from cosigner.identity.principals import Caller
@@ -70,3 +71,11 @@ UserDep = Annotated[Caller, Depends(require_user)]
 def check_csrf(request: Request, submitted: str | None) -> bool:
     """True when the form's token belongs to this request's session cookie."""
     return csrf.is_valid(request.cookies.get(sessions.COOKIE), submitted)
+
+
+def csrf_refused(request: Request) -> Response:
+    """The 403 page for a form whose token is not this session's (nothing was changed)."""
+    from cosigner.web.render import page
+
+    return page(request, "error.html", status=403,
+                message="This form is not valid for your session. Nothing was changed.")

@@ -16,7 +16,7 @@ from fastapi.responses import RedirectResponse, Response
 from cosigner.core.errors import CosignerError, Forbidden, NotFound
 from cosigner.http.deps import context
 from cosigner.web import lists, pages
-from cosigner.web.auth import UserDep, check_csrf
+from cosigner.web.auth import UserDep, check_csrf, csrf_refused
 from cosigner.web.render import page
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -87,8 +87,7 @@ async def review(request: Request, approval_id: str, user: UserDep,
     ``assertion``: the passkey's signature of the review statement (JSON, filled in by
     ``passkeys.js`` when the request asks for a signature)."""
     if not check_csrf(request, csrf_token):
-        return page(request, "error.html", status=403,
-                    message="This form is not valid for your session. Nothing was changed.")
+        return csrf_refused(request)
     deps = context(request)
     try:
         await pages.review(deps, user, approval_id, decision=decision, comment=comment,

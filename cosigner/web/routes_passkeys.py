@@ -20,7 +20,7 @@ from cosigner.core.errors import CosignerError
 from cosigner.http.deps import context
 from cosigner.identity import passkeys
 from cosigner.web import pages
-from cosigner.web.auth import UserDep, check_csrf
+from cosigner.web.auth import UserDep, check_csrf, csrf_refused
 from cosigner.web.render import page
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -97,8 +97,7 @@ async def remove(request: Request, credential_id: str, user: UserDep,
                  csrf_token: Annotated[str, Form(max_length=128)] = "") -> Response:
     """Remove one of the signed-in person's passkeys (logged ``passkey.removed``)."""
     if not check_csrf(request, csrf_token):
-        return page(request, "error.html", status=403,
-                    message="This form is not valid for your session. Nothing was changed.")
+        return csrf_refused(request)
     deps = context(request)
     try:
         await passkeys.remove_credential(deps.db, deps.clock, user, credential_id)

@@ -15,7 +15,7 @@ from fastapi.responses import Response
 from cosigner.core.errors import Forbidden, NotFound
 from cosigner.http.deps import context
 from cosigner.slack import links
-from cosigner.web.auth import UserDep, check_csrf
+from cosigner.web.auth import UserDep, check_csrf, csrf_refused
 from cosigner.web.render import page
 
 router = APIRouter(prefix="/ui/slack", include_in_schema=False)
@@ -39,8 +39,7 @@ async def link_confirm(request: Request, token: str, user: UserDep,
                        csrf_token: Annotated[str, Form(max_length=128)] = "") -> Response:
     """Spend the token and link its Slack user to the signed-in principal."""
     if not check_csrf(request, csrf_token):
-        return page(request, "error.html", status=403,
-                    message="This form is not valid for your session. Nothing was changed.")
+        return csrf_refused(request)
     deps = context(request)
     try:
         slack_user = await links.confirm(deps.db, user, token, now=deps.clock())
