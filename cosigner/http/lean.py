@@ -131,28 +131,20 @@ class HotRoutes:
         authorization = next((value.decode("latin-1") for name, value in scope["headers"]
                               if name == b"authorization"), "")
         admitted = scope["state"].get(CALLER_STATE) if "state" in scope else None
-        try:
+
+        async def produce() -> bytes:
             caller = await authenticate_header(ctx, authorization, admitted, decision=False)
             state = await approval_queries.get_state(ctx, caller, approval_id,
                                                      wait_s=wait_s)
-            content = await serialize_response(
+            return bytes(await serialize_response(
                 field=route.response_field, response_content=state,
                 include=route.response_model_include, exclude=route.response_model_exclude,
                 by_alias=route.response_model_by_alias,
                 exclude_unset=route.response_model_exclude_unset,
                 exclude_defaults=route.response_model_exclude_defaults,
-                exclude_none=route.response_model_exclude_none, dump_json=True)
-        except CosignerError as exc:
-            await problems.to_response(exc)(scope, receive, send)
-            return
-        except Exception as exc:  # as the FastAPI app's catch-all handler
-            log.exception("unhandled error", exc_info=exc)
-            await problems.problem(500, "internal_error", "Internal error",
-                                   "internal error; see server log")(scope, receive, send)
-            return
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-length", str(len(content)).encode()), _JSON]})
-        await send({"type": "http.response.body", "body": content})
+                exclude_none=route.response_model_exclude_none, dump_json=True))
+
+        await _answer(scope, receive, send, produce)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.served += 1
@@ -171,21 +163,33 @@ class HotRoutes:
                 declared = value
         admitted = scope["state"].get(CALLER_STATE) if "state" in scope else None
         limit = ctx.settings.max_body_bytes
-        try:
+
+        async def produce() -> bytes:
             caller = await authenticate_header(ctx, authorization, admitted,
                                                decision=decision)
             body = await handler(ctx, caller, lambda: receive_body(receive, declared, limit))
-            content = orjson.dumps(body)
-        except CosignerError as exc:
-            await problems.to_response(exc)(scope, receive, send)
-            return
-        except ClientDisconnect:
-            return  # nobody to answer
-        except Exception as exc:  # as the FastAPI app's catch-all handler
-            log.exception("unhandled error", exc_info=exc)
-            await problems.problem(500, "internal_error", "Internal error",
-                                   "internal error; see server log")(scope, receive, send)
-            return
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-length", str(len(content)).encode()), _JSON]})
-        await send({"type": "http.response.body", "body": content})
+            return orjson.dumps(body)
+
+        await _answer(scope, receive, send, produce)
+
+
+async def _answer(scope: Scope, receive: Receive, send: Send,
+                  produce: Callable[[], Awaitable[bytes]]) -> None:
+    """Send ``await produce()`` as a 200 JSON answer; a :class:`CosignerError` as its
+    RFC 9457 problem, anything else as the FastAPI app's 500 ``internal_error``; a client
+    gone before its body arrived gets nothing."""
+    try:
+        content = await produce()
+    except CosignerError as exc:
+        await problems.to_response(exc)(scope, receive, send)
+        return
+    except ClientDisconnect:
+        return  # nobody to answer
+    except Exception as exc:  # as the FastAPI app's catch-all handler
+        log.exception("unhandled error", exc_info=exc)
+        await problems.problem(500, "internal_error", "Internal error",
+                               "internal error; see server log")(scope, receive, send)
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-length", str(len(content)).encode()), _JSON]})
+    await send({"type": "http.response.body", "body": content})
