@@ -37,20 +37,13 @@ from cosigner.db.tables_approvals import approvals
 from cosigner.db.tables_slack import slack_messages
 from cosigner.slack import blocks
 from cosigner.slack.api import SlackApi, SlackCallFailed
+from cosigner.webhooks.worker import MAX_ATTEMPTS, backoff_s  # the same retry schedule
 
 log = logging.getLogger("cosigner.slack")
 
-MAX_ATTEMPTS = 10
-BASE_DELAY_S = 2.0
-MAX_DELAY_S = 900.0
 #: How long one replica holds a row it is posting or updating (s).
 CLAIM_S = 60
 BATCH = 20
-
-
-def backoff_s(attempts: int) -> float:
-    """Delay before the next try after ``attempts`` failed ones (s)."""
-    return float(min(BASE_DELAY_S * 2 ** max(attempts - 1, 0), MAX_DELAY_S))
 
 
 class MessageSync:
