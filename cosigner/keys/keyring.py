@@ -378,7 +378,7 @@ def _verify_eddsa(key: OKPKey, segments: list[str]) -> None:
     if not isinstance(public, Ed25519PublicKey):
         raise PermitRefused("signature verification failed", code="bad_signature")
     try:
-        signature = base64.urlsafe_b64decode(segments[2] + "=" * (-len(segments[2]) % 4))
+        signature = _b64url_decode(segments[2])
         public.verify(signature, f"{segments[0]}.{segments[1]}".encode("ascii"))
     except (binascii.Error, InvalidSignature, UnicodeEncodeError) as exc:
         raise PermitRefused("signature verification failed", code="bad_signature") from exc
@@ -387,6 +387,20 @@ def _verify_eddsa(key: OKPKey, segments: list[str]) -> None:
 def _b64url(data: bytes) -> bytes:
     """base64url without padding (RFC 7515 §2)."""
     return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+
+def _b64url_decode(segment: str) -> bytes:
+    """base64url without padding, canonical only (RFC 4648 §3.5): the unused low bits of
+    the last character must be zero, so one token has exactly one spelling (joserfc refuses
+    the other spellings too; tests/keys/test_signer.py compares the two).
+
+    Raises:
+        binascii.Error: not base64url, or a non-canonical last character.
+    """
+    raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+    if _b64url(raw) != segment.encode("ascii"):
+        raise binascii.Error("non-canonical base64url")
+    return raw
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -403,7 +417,7 @@ def _decode_json_segment(segment: str, *, what: str) -> dict[str, Any]:
     if not _B64URL.fullmatch(segment):
         raise PermitRefused(f"{what} is not base64url", code="malformed_permit")
     try:
-        raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+        raw = _b64url_decode(segment)
         value = json.loads(raw, object_pairs_hook=_reject_duplicates)
     except (binascii.Error, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError
         raise PermitRefused(f"{what} is not valid JSON", code="malformed_permit") from exc

@@ -101,3 +101,26 @@ def test_direct_verification_accepts_what_joserfc_accepts(position: int, char: s
 
 
 _KEYRING = Keyring.ephemeral(now=datetime(2030, 1, 1, tzinfo=UTC))
+
+
+def test_a_second_spelling_of_the_signature_is_refused() -> None:
+    """The last base64url character of a 64-byte signature carries 2 unused bits: setting
+    them spells the same bytes differently; the token has one spelling only (the failure CI
+    found with hypothesis in session 4)."""
+    from cosigner.core.errors import PermitRefused
+
+    token = _KEYRING.sign({"iss": "cosigner", "jti": "p-2"}, typ="cosigner-permit+jwt")
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    last = alphabet.index(token[-1])
+    assert last % 16 == 0  # canonical: the low 4 bits are zero
+    twin = token[:-1] + alphabet[last + 1]
+    assert base64_same_bytes(token.rsplit(".", 1)[1], twin.rsplit(".", 1)[1])
+    with pytest.raises(PermitRefused) as refused:
+        _KEYRING.verify(twin, typ="cosigner-permit+jwt")
+    assert refused.value.code == "bad_signature"
+    assert not _joserfc_accepts(_KEYRING, twin)
+
+
+def base64_same_bytes(a: str, b: str) -> bool:
+    import base64
+    return base64.urlsafe_b64decode(a + "==") == base64.urlsafe_b64decode(b + "==")
