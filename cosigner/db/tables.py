@@ -23,7 +23,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from cosigner.db.compressed import CompressedJSON, CompressedText
+from cosigner.db.compressed import CompressedText, ResponseJSON
 
 metadata = MetaData()
 
@@ -72,8 +72,9 @@ decisions = Table(
     Column("policy_id", String(128), nullable=True),
     Column("policy_version", String(64), nullable=True),
     Column("policy_revision", String(71), nullable=True),
-    # The Decision v1 answer, zstd-compressed (cosigner.db.compressed; migration 0017).
-    Column("response", CompressedJSON, nullable=False),
+    # The Decision v1 answer, zstd-compressed (cosigner.db.compressed; migration 0017),
+    # its permit token stored decoded inside the same frame (0020_s5store_facts_once).
+    Column("response", ResponseJSON, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("tenant", "request_id", name="uq_decisions_tenant_request"),
     Index("ix_decisions_run", "tenant", "run_id"),
@@ -95,6 +96,10 @@ permits = Table(
     Column("redeemed_at", DateTime(timezone=True), nullable=True),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
     Index("ix_permits_decision", "decision_id"),
+    # SQLite: the rows are kept in jti order (UUIDv7) in the primary key's own B-tree, so
+    # the key is stored once, not in a table plus a separate unique index
+    # (0020_s5store_facts_once).
+    sqlite_with_rowid=False,
 )
 
 audit_events = Table(
