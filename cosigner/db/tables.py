@@ -95,11 +95,10 @@ permits = Table(
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Column("redeemed_at", DateTime(timezone=True), nullable=True),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
+    # Not WITHOUT ROWID: this index would then carry the 32-character jti instead of a
+    # rowid, which costs more than the table's separate key index (measured: 377 vs 371
+    # bytes per permit with indexes).
     Index("ix_permits_decision", "decision_id"),
-    # SQLite: the rows are kept in jti order (UUIDv7) in the primary key's own B-tree, so
-    # the key is stored once, not in a table plus a separate unique index
-    # (0020_s5store_facts_once).
-    sqlite_with_rowid=False,
 )
 
 audit_events = Table(

@@ -1,4 +1,4 @@
-"""facts once: permit tokens stored decoded, permits and call inputs keyed once (SQLite)
+"""facts once: permit tokens stored decoded, call inputs keyed once (SQLite)
 
 * ``decisions.response``: a stored answer holding a permit token is rewritten in stored
   form 2 (:class:`cosigner.db.compressed.ResponseJSON`): the token's header, claims and
@@ -6,9 +6,9 @@
   args hash, policy and permit id are back-references. Reads rebuild the token byte for
   byte. Both SQLite and PostgreSQL (``bytea`` since 0017), rows rewritten in pages of
   :data:`PAGE`.
-* SQLite: ``permits`` and ``call_inputs`` become ``WITHOUT ROWID`` tables (their text
-  primary key was stored twice: in the table and in its automatic unique index); the
-  rows are copied into the new tables. PostgreSQL has no rowid: nothing to change.
+* SQLite: ``call_inputs`` becomes a ``WITHOUT ROWID`` table (its text primary key was
+  stored twice: in the table and in its automatic unique index); the rows are copied
+  into the new table. PostgreSQL has no rowid: nothing to change.
 
 Downgrade: responses back to stored form 1 (the token inside the frame), tables back
 to rowid tables.
@@ -31,7 +31,7 @@ depends_on: str | Sequence[str] | None = None
 
 #: Rows read and rewritten per statement.
 PAGE = 2000
-TABLES = ("permits", "call_inputs")
+TABLES = ("call_inputs",)
 
 
 def upgrade() -> None:
