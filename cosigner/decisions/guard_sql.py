@@ -58,9 +58,12 @@ def decided(raw: sqlite3.Connection, dialect: Dialect, requests: set[tuple[str, 
 def contracted(raw: sqlite3.Connection, pairs: set[tuple[str, str]]
                ) -> set[tuple[str, str]]:
     """``contracts.contracted``: which ``(tenant, run_id)`` pairs have a contract."""
+    tenants = sorted({tenant for tenant, _ in pairs})
     ids = sorted({run_id for _, run_id in pairs})
-    rows = sqlite_query(raw, f"SELECT tenant, run_id FROM runs WHERE run_id IN "
-                        f"({_marks(len(ids))})", ids)
+    # tenant and run_id both constrained: a search of the primary key, not a scan.
+    rows = sqlite_query(raw, f"SELECT tenant, run_id FROM runs WHERE tenant IN "
+                        f"({_marks(len(tenants))}) AND run_id IN ({_marks(len(ids))})",
+                        [*tenants, *ids])
     return {(tenant, run_id) for tenant, run_id in rows} & pairs
 
 
