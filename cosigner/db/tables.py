@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 
 from cosigner.db.compressed import CompressedText, ResponseJSON
+from cosigner.db.digest import Sha256Digest
 
 metadata = MetaData()
 
@@ -123,7 +124,8 @@ audit_events = Table(
     # RFC 8785 canonical JSON of the event, zstd-compressed in storage (0017): reads give
     # the exact text that was hashed.
     Column("body", CompressedText, nullable=False),
-    Column("hash", String(71), nullable=False),
+    # "sha256:<hex>" stored as its 32 bytes (cosigner.db.digest; 0020_s5store_facts_once).
+    Column("hash", Sha256Digest, nullable=False),
     UniqueConstraint("tenant", "seq", name="uq_audit_events_tenant_seq"),
     Index("ix_audit_events_decision", "tenant", "decision_id"),
     Index("ix_audit_events_time", "tenant", "time"),

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
-from cosigner.db import compressed
+from cosigner.db import compressed, digest
 from cosigner.db.migrate import alembic_config, upgrade
 from tests.conftest import Harness, decision_request
 from tests.db.test_migrate import empty_database  # noqa: F401 - fixture
@@ -93,6 +93,18 @@ async def test_a_replay_is_byte_identical_and_the_token_stored_decoded(
     assert first.json()["permit"]["token"].encode() not in compressed._unzstd(bytes(stored))
 
 
+@settings(max_examples=200, deadline=None)
+@given(value=st.text(max_size=80) | st.binary(min_size=32, max_size=32).map(
+    lambda raw: "sha256:" + raw.hex()))
+def test_a_hash_text_reads_back_exactly(value: str) -> None:
+    kind = digest.Sha256Digest()
+    stored = kind.process_bind_param(value, None)  # type: ignore[arg-type]
+    assert stored is not None
+    assert kind.process_result_value(stored, None) == value  # type: ignore[arg-type]
+    assert (len(stored) == 32) == (value.startswith("sha256:") and len(value) == 71
+                                   and value == value.lower())
+
+
 def _to(connection: Any, url: str, revision: str) -> None:
     cfg = alembic_config(url)
     cfg.attributes["connection"] = connection
@@ -128,11 +140,18 @@ async def test_upgrade_rewrites_existing_rows(empty_database: str) -> None:  # n
                     "INSERT INTO call_inputs (decision_id, tenant, input, mask) "
                     "VALUES (:d, 't-mig', :i, '[]')"), {"d": key, "i": compressed.compress(
                         orjson.dumps({"args": {"n": i}}))})
+                await conn.execute(text(
+                    "INSERT INTO audit_events (tenant, seq, type, time, body, hash) "
+                    "VALUES ('t-mig', :s, 'x', :at, :b, :h)"),
+                    {"s": i + 1, "at": now, "b": compressed.compress(b"{}"),
+                     "h": "sha256:" + f"{i:02x}" * 32 if i != 6 else "not a digest"})
         await upgrade(url)
         async with engine.connect() as conn:
             rows = await _rows(conn, "SELECT id, response FROM decisions ORDER BY id")
             inputs = await _rows(conn, "SELECT decision_id, input FROM call_inputs "
                                  "ORDER BY decision_id")
+            hashes = await _rows(conn, "SELECT seq, hash FROM audit_events "
+                                 "WHERE tenant = 't-mig' ORDER BY seq")
             if conn.dialect.name == "sqlite":
                 sql = (await conn.execute(text("SELECT sql FROM sqlite_master WHERE name = "
                                                "'call_inputs'"))).scalar_one()
@@ -142,6 +161,9 @@ async def test_upgrade_rewrites_existing_rows(empty_database: str) -> None:  # n
         for key, value in rows:
             assert orjson.dumps(RESPONSE.process_result_value(value, None)) == orjson.dumps(
                 old[key])
+        assert [len(bytes(h)) for _, h in hashes] == [32] * 6 + [13]
+        assert [digest.unpack(h) for _, h in hashes] == [
+            "sha256:" + f"{i:02x}" * 32 for i in range(6)] + ["not a digest"]
         assert [(d, orjson.loads(compressed.decompress(i))) for d, i in inputs] == [
             (f"d{i}", {"args": {"n": i}}) for i in range(7)]
     finally:

@@ -1,4 +1,4 @@
-"""facts once: permit tokens stored decoded, call inputs keyed once (SQLite)
+"""facts once: permit tokens stored decoded, event hashes as bytes, call inputs keyed once
 
 * ``decisions.response``: a stored answer holding a permit token is rewritten in stored
   form 2 (:class:`cosigner.db.compressed.ResponseJSON`): the token's header, claims and
@@ -6,6 +6,9 @@
   args hash, policy and permit id are back-references. Reads rebuild the token byte for
   byte. Both SQLite and PostgreSQL (``bytea`` since 0017), rows rewritten in pages of
   :data:`PAGE`.
+* ``audit_events.hash``: the ``sha256:<hex>`` text (71 characters) becomes the digest's
+  32 bytes (:class:`cosigner.db.digest.Sha256Digest`; reads give the same text).
+  PostgreSQL: ``ALTER … TYPE bytea USING decode(…)``; SQLite: rows rewritten in pages.
 * SQLite: ``call_inputs`` becomes a ``WITHOUT ROWID`` table (its text primary key was
   stored twice: in the table and in its automatic unique index); the rows are copied
   into the new table. PostgreSQL has no rowid: nothing to change.
@@ -48,6 +51,7 @@ def upgrade() -> None:
         return packed
 
     _rewrite_responses(repack)
+    _convert_hashes(upgrade=True)
     if op.get_bind().dialect.name == "sqlite":
         for table in TABLES:
             with op.batch_alter_table(table, recreate="always",
@@ -63,10 +67,52 @@ def downgrade() -> None:
         return compress(decompress(data)) if data[:1] == b"\x02" else None
 
     _rewrite_responses(unpack)
+    _convert_hashes(upgrade=False)
     if op.get_bind().dialect.name == "sqlite":
         for table in TABLES:
             with op.batch_alter_table(table, recreate="always"):
                 pass
+
+
+def _convert_hashes(*, upgrade: bool) -> None:
+    """``audit_events.hash``: ``sha256:<hex>`` text ↔ the digest's 32 bytes
+    (:mod:`cosigner.db.digest`; every stored event hash has that form)."""
+    if op.get_bind().dialect.name == "postgresql":
+        if upgrade:
+            op.execute("ALTER TABLE audit_events ALTER COLUMN hash TYPE bytea USING "
+                       "CASE WHEN hash ~ '^sha256:[0-9a-f]{64}$' "
+                       "THEN decode(substr(hash, 8), 'hex') "
+                       "WHEN octet_length(hash) = 31 "
+                       "THEN '\\x0101'::bytea || convert_to(hash, 'UTF8') "
+                       "ELSE '\\x00'::bytea || convert_to(hash, 'UTF8') END")
+        else:
+            op.execute("ALTER TABLE audit_events ALTER COLUMN hash TYPE varchar(71) USING "
+                       "CASE WHEN length(hash) = 32 THEN 'sha256:' || encode(hash, 'hex') "
+                       "WHEN get_byte(hash, 0) = 1 THEN convert_from(substr(hash, 3), 'UTF8') "
+                       "ELSE convert_from(substr(hash, 2), 'UTF8') END")
+        return
+    from cosigner.db.digest import pack, unpack
+
+    bind = op.get_bind()
+    events = sa.table("audit_events", sa.column("id", sa.Integer), sa.column("hash"))
+    after = 0
+    while True:
+        rows = bind.execute(sa.select(events.c.id, events.c.hash).where(events.c.id > after)
+                            .order_by(events.c.id).limit(PAGE)).all()
+        if not rows:
+            return
+        if upgrade:
+            updates = [{"key": r.id, "value": pack(r.hash)} for r in rows
+                       if isinstance(r.hash, str)]
+            kind: sa.types.TypeEngine[Any] = sa.LargeBinary()
+        else:
+            updates = [{"key": r.id, "value": unpack(r.hash)} for r in rows
+                       if not isinstance(r.hash, str)]
+            kind = sa.String()
+        if updates:
+            bind.execute(events.update().where(events.c.id == sa.bindparam("key"))
+                         .values(hash=sa.bindparam("value", type_=kind)), updates)
+        after = rows[-1].id
 
 
 def _rewrite_responses(rewrite: Callable[[Any], bytes | None]) -> None:
