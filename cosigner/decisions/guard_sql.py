@@ -44,6 +44,7 @@ def decided(raw: sqlite3.Connection, dialect: Dialect, requests: set[tuple[str, 
     for tenant, request_id in requests:
         by_tenant.setdefault(tenant, []).append(request_id)
     load = decisions.c.response.type.dialect_impl(dialect).result_processor(dialect, None)
+    text = decisions.c.request_hash.type.dialect_impl(dialect).result_processor(dialect, None)
     found: dict[tuple[str, str], Decided] = {}
     for tenant, ids in sorted(by_tenant.items()):
         rows = sqlite_query(raw, "SELECT request_id, request_hash, response FROM decisions "
@@ -51,7 +52,8 @@ def decided(raw: sqlite3.Connection, dialect: Dialect, requests: set[tuple[str, 
                             [tenant, *ids])
         for request_id, request_hash, response in rows:
             found[(tenant, request_id)] = Decided(
-                request_id, request_hash, load(response) if load else response)
+                request_id, text(request_hash) if text else request_hash,
+                load(response) if load else response)
     return found
 
 

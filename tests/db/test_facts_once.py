@@ -134,8 +134,8 @@ async def test_upgrade_rewrites_existing_rows(empty_database: str) -> None:  # n
                 await conn.execute(text(
                     "INSERT INTO decisions (id, tenant, request_id, request_hash, run_id, "
                     "tool, args_hash, effect, caller, response, created_at) VALUES (:k, "
-                    "'t-mig', :k, 'h', 'r', 't', 'a', 'allow', 'c', :v, :at)"),
-                    {"k": key, "v": stored, "at": now})
+                    "'t-mig', :k, :h, 'r', 't', 'a', 'allow', 'c', :v, :at)"),
+                    {"k": key, "v": stored, "at": now, "h": "sha256:" + f"{i:02x}" * 32})
                 await conn.execute(text(
                     "INSERT INTO call_inputs (decision_id, tenant, input, mask) "
                     "VALUES (:d, 't-mig', :i, '[]')"), {"d": key, "i": compressed.compress(
@@ -148,6 +148,8 @@ async def test_upgrade_rewrites_existing_rows(empty_database: str) -> None:  # n
         await upgrade(url)
         async with engine.connect() as conn:
             rows = await _rows(conn, "SELECT id, response FROM decisions ORDER BY id")
+            request_hashes = await _rows(conn, "SELECT request_hash, args_hash FROM "
+                                         "decisions ORDER BY id")
             inputs = await _rows(conn, "SELECT decision_id, input FROM call_inputs "
                                  "ORDER BY decision_id")
             hashes = await _rows(conn, "SELECT seq, hash FROM audit_events "
@@ -161,6 +163,9 @@ async def test_upgrade_rewrites_existing_rows(empty_database: str) -> None:  # n
         for key, value in rows:
             assert orjson.dumps(RESPONSE.process_result_value(value, None)) == orjson.dumps(
                 old[key])
+        assert [(digest.unpack(h), digest.unpack(a)) for h, a in request_hashes] == [
+            ("sha256:" + f"{i:02x}" * 32, "a") for i in range(7)]
+        assert [len(bytes(h)) for h, _ in request_hashes] == [32] * 7
         assert [len(bytes(h)) for _, h in hashes] == [32] * 6 + [13]
         assert [digest.unpack(h) for _, h in hashes] == [
             "sha256:" + f"{i:02x}" * 32 for i in range(6)] + ["not a digest"]

@@ -6,7 +6,8 @@
   args hash, policy and permit id are back-references. Reads rebuild the token byte for
   byte. Both SQLite and PostgreSQL (``bytea`` since 0017), rows rewritten in pages of
   :data:`PAGE`.
-* ``audit_events.hash``: the ``sha256:<hex>`` text (71 characters) becomes the digest's
+* ``audit_events.hash``, ``decisions.request_hash``, ``args_hash`` and
+  ``policy_revision``: the ``sha256:<hex>`` text (71 characters) becomes the digest's
   32 bytes (:class:`cosigner.db.digest.Sha256Digest`; reads give the same text).
   PostgreSQL: ``ALTER … TYPE bytea USING decode(…)``; SQLite: rows rewritten in pages.
 * SQLite: ``call_inputs`` becomes a ``WITHOUT ROWID`` table (its text primary key was
@@ -74,45 +75,50 @@ def downgrade() -> None:
                 pass
 
 
+#: Hash columns stored as digests: (table, its key column, a key below every key, columns)
+HASHES: tuple[tuple[str, str, Any, tuple[str, ...]], ...] = (
+    ("audit_events", "id", 0, ("hash",)),
+    ("decisions", "id", "", ("request_hash", "args_hash", "policy_revision")))
+
+
 def _convert_hashes(*, upgrade: bool) -> None:
-    """``audit_events.hash``: ``sha256:<hex>`` text ↔ the digest's 32 bytes
-    (:mod:`cosigner.db.digest`; every stored event hash has that form)."""
+    """The :data:`HASHES` columns: ``sha256:<hex>`` text ↔ the digest's 32 bytes, other
+    text behind a marker byte (:mod:`cosigner.db.digest`)."""
     if op.get_bind().dialect.name == "postgresql":
-        if upgrade:
-            op.execute("ALTER TABLE audit_events ALTER COLUMN hash TYPE bytea USING "
-                       "CASE WHEN hash ~ '^sha256:[0-9a-f]{64}$' "
-                       "THEN decode(substr(hash, 8), 'hex') "
-                       "WHEN octet_length(hash) = 31 "
-                       "THEN '\\x0101'::bytea || convert_to(hash, 'UTF8') "
-                       "ELSE '\\x00'::bytea || convert_to(hash, 'UTF8') END")
-        else:
-            op.execute("ALTER TABLE audit_events ALTER COLUMN hash TYPE varchar(71) USING "
-                       "CASE WHEN length(hash) = 32 THEN 'sha256:' || encode(hash, 'hex') "
-                       "WHEN get_byte(hash, 0) = 1 THEN convert_from(substr(hash, 3), 'UTF8') "
-                       "ELSE convert_from(substr(hash, 2), 'UTF8') END")
+        for table, _, _, columns in HASHES:
+            for column in columns:
+                op.execute(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE "
+                           + (_PG_TO_BYTES if upgrade else _PG_TO_TEXT).format(c=column))
         return
     from cosigner.db.digest import pack, unpack
 
     bind = op.get_bind()
-    events = sa.table("audit_events", sa.column("id", sa.Integer), sa.column("hash"))
-    after = 0
-    while True:
-        rows = bind.execute(sa.select(events.c.id, events.c.hash).where(events.c.id > after)
-                            .order_by(events.c.id).limit(PAGE)).all()
-        if not rows:
-            return
-        if upgrade:
-            updates = [{"key": r.id, "value": pack(r.hash)} for r in rows
-                       if isinstance(r.hash, str)]
-            kind: sa.types.TypeEngine[Any] = sa.LargeBinary()
-        else:
-            updates = [{"key": r.id, "value": unpack(r.hash)} for r in rows
-                       if not isinstance(r.hash, str)]
-            kind = sa.String()
-        if updates:
-            bind.execute(events.update().where(events.c.id == sa.bindparam("key"))
-                         .values(hash=sa.bindparam("value", type_=kind)), updates)
-        after = rows[-1].id
+    for name, key, low, columns in HASHES:
+        table = sa.table(name, sa.column(key), *(sa.column(c) for c in columns))
+        kind: sa.types.TypeEngine[Any] = sa.LargeBinary() if upgrade else sa.String()
+        convert = pack if upgrade else unpack
+        after = low
+        while True:
+            rows = bind.execute(sa.select(table).where(table.c[key] > after)
+                                .order_by(table.c[key]).limit(PAGE)).all()
+            if not rows:
+                break
+            updates = [{"k": row[0], **{"v_" + c: convert(v) if v is not None and isinstance(
+                v, str) == upgrade else v for c, v in zip(columns, row[1:], strict=True)}}
+                for row in rows]
+            bind.execute(table.update().where(table.c[key] == sa.bindparam("k")).values(
+                {c: sa.bindparam("v_" + c, type_=kind) for c in columns}), updates)
+            after = rows[-1][0]
+
+
+_PG_TO_BYTES = ("bytea USING CASE WHEN {c} ~ '^sha256:[0-9a-f]{{64}}$' "
+                "THEN decode(substr({c}, 8), 'hex') "
+                "WHEN octet_length({c}) = 31 THEN '\\x0101'::bytea || convert_to({c}, 'UTF8') "
+                "ELSE '\\x00'::bytea || convert_to({c}, 'UTF8') END")
+_PG_TO_TEXT = ("varchar(71) USING CASE WHEN length({c}) = 32 "
+               "THEN 'sha256:' || encode({c}, 'hex') "
+               "WHEN get_byte({c}, 0) = 1 THEN convert_from(substr({c}, 3), 'UTF8') "
+               "ELSE convert_from(substr({c}, 2), 'UTF8') END")
 
 
 def _rewrite_responses(rewrite: Callable[[Any], bytes | None]) -> None:
