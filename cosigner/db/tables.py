@@ -91,7 +91,7 @@ permits = Table(
     Column("approval_id", String(36), nullable=True),
     Column("run_id", String(256), nullable=False),
     Column("tool", String(256), nullable=False),
-    Column("args_hash", String(71), nullable=False),
+    Column("args_hash", Sha256Digest, nullable=False),  # its 32 bytes (0020)
     Column("status", String(16), nullable=False),  # issued | redeemed | revoked | expired
     Column("issued_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),

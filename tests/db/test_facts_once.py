@@ -141,6 +141,10 @@ async def test_upgrade_rewrites_existing_rows(empty_database: str) -> None:  # n
                     "VALUES (:d, 't-mig', :i, '[]')"), {"d": key, "i": compressed.compress(
                         orjson.dumps({"args": {"n": i}}))})
                 await conn.execute(text(
+                    "INSERT INTO permits (jti, tenant, decision_id, run_id, tool, args_hash, "
+                    "status, issued_at, expires_at) VALUES (:k, 't-mig', :k, 'r', 't', :h, "
+                    "'issued', :at, :at)"), {"k": key, "at": now, "h": "sha256:" + "9f" * 32})
+                await conn.execute(text(
                     "INSERT INTO audit_events (tenant, seq, type, time, body, hash) "
                     "VALUES ('t-mig', :s, 'x', :at, :b, :h)"),
                     {"s": i + 1, "at": now, "b": compressed.compress(b"{}"),
@@ -152,6 +156,7 @@ async def test_upgrade_rewrites_existing_rows(empty_database: str) -> None:  # n
                                          "decisions ORDER BY id")
             inputs = await _rows(conn, "SELECT decision_id, input FROM call_inputs "
                                  "ORDER BY decision_id")
+            permit_hashes = await _rows(conn, "SELECT args_hash FROM permits")
             hashes = await _rows(conn, "SELECT seq, hash FROM audit_events "
                                  "WHERE tenant = 't-mig' ORDER BY seq")
             if conn.dialect.name == "sqlite":
@@ -166,6 +171,7 @@ async def test_upgrade_rewrites_existing_rows(empty_database: str) -> None:  # n
         assert [(digest.unpack(h), digest.unpack(a)) for h, a in request_hashes] == [
             ("sha256:" + f"{i:02x}" * 32, "a") for i in range(7)]
         assert [len(bytes(h)) for h, _ in request_hashes] == [32] * 7
+        assert [bytes(h) for (h,) in permit_hashes] == [bytes.fromhex("9f" * 32)] * 7
         assert [len(bytes(h)) for _, h in hashes] == [32] * 6 + [13]
         assert [digest.unpack(h) for _, h in hashes] == [
             "sha256:" + f"{i:02x}" * 32 for i in range(6)] + ["not a digest"]

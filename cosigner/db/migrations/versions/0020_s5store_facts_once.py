@@ -7,8 +7,9 @@
   byte. Both SQLite and PostgreSQL (``bytea`` since 0017), rows rewritten in pages of
   :data:`PAGE`.
 * ``audit_events.hash``, ``decisions.request_hash``, ``args_hash`` and
-  ``policy_revision``: the ``sha256:<hex>`` text (71 characters) becomes the digest's
-  32 bytes (:class:`cosigner.db.digest.Sha256Digest`; reads give the same text).
+  ``policy_revision``, ``permits.args_hash``: the ``sha256:<hex>`` text (71 characters)
+  becomes the digest's 32 bytes (:class:`cosigner.db.digest.Sha256Digest`; reads give
+  the same text).
   PostgreSQL: ``ALTER … TYPE bytea USING decode(…)``; SQLite: rows rewritten in pages.
 * SQLite: ``call_inputs`` becomes a ``WITHOUT ROWID`` table (its text primary key was
   stored twice: in the table and in its automatic unique index); the rows are copied
@@ -78,7 +79,8 @@ def downgrade() -> None:
 #: Hash columns stored as digests: (table, its key column, a key below every key, columns)
 HASHES: tuple[tuple[str, str, Any, tuple[str, ...]], ...] = (
     ("audit_events", "id", 0, ("hash",)),
-    ("decisions", "id", "", ("request_hash", "args_hash", "policy_revision")))
+    ("decisions", "id", "", ("request_hash", "args_hash", "policy_revision")),
+    ("permits", "jti", "", ("args_hash",)))
 
 
 def _convert_hashes(*, upgrade: bool) -> None:
