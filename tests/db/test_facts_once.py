@@ -111,6 +111,12 @@ def _to(connection: Any, url: str, revision: str) -> None:
     command.upgrade(cfg, revision)
 
 
+def _down(connection: Any, url: str) -> None:
+    cfg = alembic_config(url)
+    cfg.attributes["connection"] = connection
+    command.downgrade(cfg, "0019_bounded_pending")
+
+
 async def _rows(conn: AsyncConnection, sql: str) -> list[Any]:
     return list((await conn.execute(text(sql))).all())
 
@@ -177,6 +183,20 @@ async def test_upgrade_rewrites_existing_rows(empty_database: str) -> None:  # n
             "sha256:" + f"{i:02x}" * 32 for i in range(6)] + ["not a digest"]
         assert [(d, orjson.loads(compressed.decompress(i))) for d, i in inputs] == [
             (f"d{i}", {"args": {"n": i}}) for i in range(7)]
+        async with engine.begin() as conn:  # and back: what 0019's code reads
+            await conn.run_sync(_down, url)
+        async with engine.connect() as conn:
+            down = await _rows(conn, "SELECT id, response, request_hash FROM decisions "
+                               "ORDER BY id")
+            event_hashes = await _rows(conn, "SELECT hash FROM audit_events "
+                                       "WHERE tenant = 't-mig' ORDER BY seq")
+        assert {bytes(r)[0] if not isinstance(r, str) else r[0] for _, r, _ in down} <= {
+            1, "{"}
+        assert [orjson.loads(compressed.decompress(r)) for _, r, _ in down] == list(
+            old.values())
+        assert [h for _, _, h in down] == ["sha256:" + f"{i:02x}" * 32 for i in range(7)]
+        assert [h for (h,) in event_hashes] == [
+            "sha256:" + f"{i:02x}" * 32 for i in range(6)] + ["not a digest"]
     finally:
         await engine.dispose()
         await asyncio.sleep(0)

@@ -72,7 +72,9 @@ def downgrade() -> None:
     _convert_hashes(upgrade=False)
     if op.get_bind().dialect.name == "sqlite":
         for table in TABLES:
-            with op.batch_alter_table(table, recreate="always"):
+            # Explicit: the copy would otherwise keep the reflected WITHOUT ROWID.
+            with op.batch_alter_table(table, recreate="always",
+                                      table_kwargs={"sqlite_with_rowid": True}):
                 pass
 
 
