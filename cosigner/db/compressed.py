@@ -10,7 +10,15 @@ Only the storage changes: what the columns give back is exactly what was written
 (the RFC 8785 text of an event, the JSON value of a response), so hashes, exports,
 ``cosigner audit verify`` and every reader see the same bytes as before.
 
-Stored form: ``b"\\x01" + zstd frame`` (format byte 1 = dictionary v1). Values written
+Stored forms: ``b"\\x01" + zstd frame`` (format byte 1 = dictionary v1), and for a
+Decision v1 answer holding a permit (:class:`ResponseJSON`, migration
+``0020_s5store_facts_once``) ``b"\\x02" + zstd frame`` of the answer with its token's
+place left empty, followed by the token's decoded header and claims (JSON) and its raw
+signature: the claims repeat the answer's decision id, args hash, policy and permit id,
+which the frame then stores as back-references instead of ~700 bytes of base64 over
+them. The token is rebuilt byte for byte (its segments are base64url of exactly those
+bytes, checked before packing; a token that is not re-spelled identically is stored as
+it is, format 1). Values written
 before migration ``0017_lean_storage`` read back unchanged: on SQLite they are still TEXT
 (``str``); on PostgreSQL the migration turned them into ``bytea`` holding their UTF-8
 text, which starts with ``{`` or another JSON character, never with a format byte.
@@ -18,7 +26,10 @@ text, which starts with ``{`` or another JSON character, never with a format byt
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import struct
 from typing import Any
 
 import orjson
@@ -31,6 +42,8 @@ from cosigner.db.zdict_v1 import DICTIONARY
 
 #: Format byte of values compressed with dictionary v1.
 V1 = 1
+#: Format byte of a response whose permit token is stored decoded (see the docstring).
+V2_TOKEN = 2
 _LEVEL = 1
 
 _DICT = zstandard.ZstdCompressionDict(DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
@@ -57,8 +70,14 @@ def decompress(stored: bytes | bytearray | memoryview | str) -> bytes:
     data = bytes(stored)
     if not data or data[0] >= 0x20:  # JSON text written before 0017 (UTF-8)
         return data
+    if data[0] == V2_TOKEN:
+        return _json_bytes(_unpack_response(data))
     if data[0] != V1:
         raise ValueError(f"unknown compressed column format {data[0]}")
+    return _unzstd(data)
+
+
+def _unzstd(data: bytes) -> bytes:
     try:
         return _DECOMPRESSOR.decompress(data[1:])
     except zstandard.ZstdError as exc:
@@ -114,10 +133,81 @@ class CompressedJSON(TypeDecorator[Any]):
             return None
         if isinstance(value, str):
             return orjson.loads(value)
-        return _loads(decompress(value))
+        return loads_json(decompress(value))
 
 
-def _loads(data: bytes) -> Any:
+class ResponseJSON(CompressedJSON):
+    """``decisions.response``: a Decision v1 answer stored compressed, its permit token
+    (``permit.token``, a compact JWS) stored decoded (format 2, see the module docstring);
+    reads give the value with the token rebuilt byte for byte."""
+
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> bytes | None:
+        if value is None:
+            return None
+        packed = pack_response(value)
+        return packed if packed is not None else compress(_json_bytes(value))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if value is not None and not isinstance(value, str):
+            data = bytes(value)
+            if data and data[0] == V2_TOKEN:
+                return _unpack_response(data)
+        return super().process_result_value(value, dialect)
+
+
+_LEN = struct.Struct(">I")
+
+
+def pack_response(value: Any) -> bytes | None:
+    """``value`` (a Decision v1 answer) in stored form 2, or ``None`` when it holds no
+    permit token that re-spells exactly (then it is stored as form 1)."""
+    permit = value.get("permit") if isinstance(value, dict) else None
+    token = permit.get("token") if isinstance(permit, dict) else None
+    if not isinstance(token, str):
+        return None
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        decoded = [base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+                   for part in parts]
+    except (ValueError, binascii.Error):
+        return None
+    if [_b64url(raw) for raw in decoded] != parts:
+        return None  # not the one spelling of its bytes: keep it as it was written
+    answer = _json_bytes({**value, "permit": {**permit, "token": ""}})
+    header, claims, signature = decoded
+    body = b"".join((_LEN.pack(len(answer)), answer, _LEN.pack(len(header)), header,
+                     _LEN.pack(len(claims)), claims, signature))
+    return bytes([V2_TOKEN]) + _COMPRESSOR.compress(body)
+
+
+def _unpack_response(data: bytes) -> Any:
+    """The answer of a stored form 2 value, its token rebuilt."""
+    body = _unzstd(data)
+    pieces, at = [], 0
+    try:
+        for _ in range(3):
+            (size,) = _LEN.unpack_from(body, at)
+            pieces.append(body[at + 4:at + 4 + size])
+            at += 4 + size
+    except struct.error as exc:
+        raise ValueError("damaged compressed response") from exc
+    answer, header, claims = pieces
+    value = loads_json(answer)
+    value["permit"]["token"] = ".".join(
+        _b64url(raw) for raw in (header, claims, body[at:]))
+    return value
+
+
+def _b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def loads_json(data: bytes) -> Any:
+    """The JSON value of ``data`` (orjson; the stdlib for integers beyond 64 bits)."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:  # integers beyond 64 bits (stdlib-encoded)

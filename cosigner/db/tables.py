@@ -23,7 +23,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from cosigner.db.compressed import CompressedJSON, CompressedText
+from cosigner.db.compressed import CompressedText, ResponseJSON
+from cosigner.db.digest import Sha256Digest
 
 metadata = MetaData()
 
@@ -63,17 +64,19 @@ decisions = Table(
     Column("id", String(36), primary_key=True),
     Column("tenant", String(128), nullable=False),
     Column("request_id", String(256), nullable=False),
-    Column("request_hash", String(71), nullable=False),
+    # "sha256:<hex>" texts stored as their 32 bytes (cosigner.db.digest; 0020).
+    Column("request_hash", Sha256Digest, nullable=False),
     Column("run_id", String(256), nullable=False),
     Column("tool", String(256), nullable=False),
-    Column("args_hash", String(71), nullable=False),
+    Column("args_hash", Sha256Digest, nullable=False),
     Column("effect", String(32), nullable=False),
     Column("caller", String(256), nullable=False),
     Column("policy_id", String(128), nullable=True),
     Column("policy_version", String(64), nullable=True),
-    Column("policy_revision", String(71), nullable=True),
-    # The Decision v1 answer, zstd-compressed (cosigner.db.compressed; migration 0017).
-    Column("response", CompressedJSON, nullable=False),
+    Column("policy_revision", Sha256Digest, nullable=True),
+    # The Decision v1 answer, zstd-compressed (cosigner.db.compressed; migration 0017),
+    # its permit token stored decoded inside the same frame (0020_s5store_facts_once).
+    Column("response", ResponseJSON, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("tenant", "request_id", name="uq_decisions_tenant_request"),
     Index("ix_decisions_run", "tenant", "run_id"),
@@ -88,12 +91,15 @@ permits = Table(
     Column("approval_id", String(36), nullable=True),
     Column("run_id", String(256), nullable=False),
     Column("tool", String(256), nullable=False),
-    Column("args_hash", String(71), nullable=False),
+    Column("args_hash", Sha256Digest, nullable=False),  # its 32 bytes (0020)
     Column("status", String(16), nullable=False),  # issued | redeemed | revoked | expired
     Column("issued_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Column("redeemed_at", DateTime(timezone=True), nullable=True),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
+    # Not WITHOUT ROWID: this index would then carry the 32-character jti instead of a
+    # rowid, which costs more than the table's separate key index (measured: 377 vs 371
+    # bytes per permit with indexes).
     Index("ix_permits_decision", "decision_id"),
 )
 
@@ -119,7 +125,8 @@ audit_events = Table(
     # RFC 8785 canonical JSON of the event, zstd-compressed in storage (0017): reads give
     # the exact text that was hashed.
     Column("body", CompressedText, nullable=False),
-    Column("hash", String(71), nullable=False),
+    # "sha256:<hex>" stored as its 32 bytes (cosigner.db.digest; 0020_s5store_facts_once).
+    Column("hash", Sha256Digest, nullable=False),
     UniqueConstraint("tenant", "seq", name="uq_audit_events_tenant_seq"),
     Index("ix_audit_events_decision", "tenant", "decision_id"),
     Index("ix_audit_events_time", "tenant", "time"),

@@ -133,4 +133,7 @@ call_inputs = Table(
     # The policy input document without "now", zstd-compressed (cosigner.db.compressed).
     Column("input", CompressedJSON, nullable=False),
     Column("mask", JSON, nullable=False),
+    # SQLite: stored in its primary key's B-tree (no rowid table plus unique index; the
+    # decision id is a UUIDv7, so rows go in at the end) (0020_s5store_facts_once).
+    sqlite_with_rowid=False,
 )

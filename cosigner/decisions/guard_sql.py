@@ -44,6 +44,7 @@ def decided(raw: sqlite3.Connection, dialect: Dialect, requests: set[tuple[str, 
     for tenant, request_id in requests:
         by_tenant.setdefault(tenant, []).append(request_id)
     load = decisions.c.response.type.dialect_impl(dialect).result_processor(dialect, None)
+    text = decisions.c.request_hash.type.dialect_impl(dialect).result_processor(dialect, None)
     found: dict[tuple[str, str], Decided] = {}
     for tenant, ids in sorted(by_tenant.items()):
         rows = sqlite_query(raw, "SELECT request_id, request_hash, response FROM decisions "
@@ -51,16 +52,20 @@ def decided(raw: sqlite3.Connection, dialect: Dialect, requests: set[tuple[str, 
                             [tenant, *ids])
         for request_id, request_hash, response in rows:
             found[(tenant, request_id)] = Decided(
-                request_id, request_hash, load(response) if load else response)
+                request_id, text(request_hash) if text else request_hash,
+                load(response) if load else response)
     return found
 
 
 def contracted(raw: sqlite3.Connection, pairs: set[tuple[str, str]]
                ) -> set[tuple[str, str]]:
     """``contracts.contracted``: which ``(tenant, run_id)`` pairs have a contract."""
+    tenants = sorted({tenant for tenant, _ in pairs})
     ids = sorted({run_id for _, run_id in pairs})
-    rows = sqlite_query(raw, f"SELECT tenant, run_id FROM runs WHERE run_id IN "
-                        f"({_marks(len(ids))})", ids)
+    # tenant and run_id both constrained: a search of the primary key, not a scan.
+    rows = sqlite_query(raw, f"SELECT tenant, run_id FROM runs WHERE tenant IN "
+                        f"({_marks(len(tenants))}) AND run_id IN ({_marks(len(ids))})",
+                        [*tenants, *ids])
     return {(tenant, run_id) for tenant, run_id in rows} & pairs
 
 

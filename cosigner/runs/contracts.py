@@ -251,7 +251,10 @@ async def contracted(conn: AsyncConnection, pairs: set[tuple[str, str]]
                      ) -> set[tuple[str, str]]:
     """Which of the ``(tenant, run_id)`` pairs have a contract, in one query (a group-commit
     batch holds at most ``log_batch_max`` ≤ 1,000 of them)."""
+    # Both key columns constrained: a search of the (tenant, run_id) primary key, not a
+    # scan of it (a scan grows with the runs that have a contract).
     rows = await conn.execute(select(runs.c.tenant, runs.c.run_id).where(
+        runs.c.tenant.in_({tenant for tenant, _ in pairs}),
         runs.c.run_id.in_({run_id for _, run_id in pairs})))
     return {(row.tenant, row.run_id) for row in rows} & pairs
 
