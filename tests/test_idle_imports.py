@@ -13,9 +13,10 @@ from pathlib import Path
 from tests.conftest import ROOT, TEST_KEK
 
 #: Loaded only when used: a Rego bundle, an OPA bundle, a Slack call or request, an OIDC
-#: sign-in, a passkey route, a webhook delivery, a migration (run in a child), a page.
+#: sign-in, a passkey route, a webhook delivery, a migration (run in a child), a page, a
+#: tool's first argument check (the compiled validator; bundle load checks with jsonschema).
 OPTIONAL = ("regopy", "opa_client", "aiohttp", "slack_sdk", "authlib", "httpx", "webauthn",
-            "alembic", "mako", "jinja2")
+            "alembic", "mako", "jinja2", "jsonschema_rs")
 
 CHILD = """
 import asyncio, json, sys
