@@ -13,9 +13,13 @@ from pathlib import Path
 from tests.conftest import ROOT, TEST_KEK
 
 #: Loaded only when used: a Rego bundle, an OPA bundle, a Slack call or request, an OIDC
-#: sign-in, a passkey route, a webhook delivery, a migration (run in a child), a page.
+#: sign-in, a passkey route, a webhook delivery, a migration (run in a child), a page, a
+#: tool's first argument check (the compiled validator; bundle load checks with jsonschema).
 OPTIONAL = ("regopy", "opa_client", "aiohttp", "slack_sdk", "authlib", "httpx", "webauthn",
-            "alembic", "mako", "jinja2")
+            "alembic", "mako", "jinja2", "jsonschema_rs",
+            # the other commands of the command line (``cosigner serve`` parses only its own)
+            "cosigner.cli.accounts", "cosigner.cli.audit", "cosigner.cli.demo",
+            "cosigner.cli.init", "cosigner.cli.policy", "cosigner.cli.reads")
 
 CHILD = """
 import asyncio, json, sys
@@ -26,6 +30,7 @@ from cosigner.app import create_app
 from cosigner.core.settings import Settings
 
 url, bundles, keys, kek, optional = json.loads(sys.argv[1])
+cosigner.cli.main.build_parser(["serve", "--no-migrate"]).parse_args(["serve", "--no-migrate"])
 
 async def main():
     settings = Settings(database_url=url, bundle_dirs=[Path(b) for b in bundles],

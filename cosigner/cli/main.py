@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import multiprocessing
 import os
@@ -18,11 +19,6 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from cosigner.cli import accounts as accounts_cli
-from cosigner.cli import audit as cli_audit
-from cosigner.cli import demo, reads
-from cosigner.cli import init as init_cli
-from cosigner.cli import policy as policy_cli
 from cosigner.core import logs
 from cosigner.core.clock import system_clock
 from cosigner.core.settings import Settings, get_settings, parse_forwarded_allow_ips
@@ -234,6 +230,8 @@ def _keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
     print(f"published now; signs from {rotation.activates_at.isoformat()} on every replica "
           f"(they reload within {settings.replica_poll_s} s; no restart needed)",
           file=sys.stderr)
+    from cosigner.cli import audit as cli_audit
+
     cli_audit.record_rotation(settings, old_kid=rotation.old_kid, new_kid=rotation.new_kid)
     return 0
 
@@ -242,43 +240,54 @@ def _noargs(_: argparse.ArgumentParser) -> None:
     return None
 
 
+def _in(module: str, name: str) -> Callable[..., Any]:
+    """``cosigner.cli.<module>.<name>``, imported when first called: a process runs one
+    command, and ``cosigner serve`` never imports the others' modules (idle memory)."""
+
+    def call(*args: Any) -> Any:
+        return getattr(importlib.import_module(f"cosigner.cli.{module}"), name)(*args)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
 COMMANDS: dict[str, Command] = {
     "serve": (_serve_args, _serve,
               "migrate the database (under a lock) and serve the HTTP API"),
-    "init": (init_cli.init_args, init_cli.init_cmd,
+    "init": (_in("init", "init_args"), _in("init", "init_cmd"),
              "write a starter policy bundle (catalogue, rules, golden cases) to DIR"),
     "migrate": (_noargs, _migrate,
                 "upgrade the database to this version's schema (under a lock), then exit"),
     "principals add-key": (_add_key_args, _add_key,
                            "create an API key for a tenant and print it once"),
-    "principals add-user": (accounts_cli.add_user_args, accounts_cli.add_user,
+    "principals add-user": (_in("accounts", "add_user_args"), _in("accounts", "add_user"),
                             "create or update a web-form user (approver) with a password"),
-    "principals list": (reads.principals_args, reads.list_principals,
+    "principals list": (_in("reads", "principals_args"), _in("reads", "list_principals"),
                         "list principals with their roles and API key ids (never a key)"),
-    "principals disable": (accounts_cli.disable_args, accounts_cli.disable,
+    "principals disable": (_in("accounts", "disable_args"), _in("accounts", "disable"),
                            "disable a principal: sign-in refused, sessions ended, "
                            "API keys revoked"),
     "keys rotate": (_noargs, _keys_rotate,
                     "start signing with a new key; old keys stay in the JWKS"),
-    "keys list": (reads.keys_args, reads.list_keys,
+    "keys list": (_in("reads", "keys_args"), _in("reads", "list_keys"),
                   "list the signing keys: which signs now, which are next or retired"),
-    "policy test": (policy_cli.test_args, policy_cli.run_test,
+    "policy test": (_in("policy", "test_args"), _in("policy", "run_test"),
                     "run the golden cases of policy bundles offline"),
-    "policy list": (reads.policy_args, reads.list_policy,
+    "policy list": (_in("reads", "policy_args"), _in("reads", "list_policy"),
                     "list bundles on disk and which version is active or shadow where"),
-    "policy reload": (policy_cli.reload_args, policy_cli.run_reload,
+    "policy reload": (_in("policy", "reload_args"), _in("policy", "run_reload"),
                       "ask a running server to reload its policy bundles"),
-    "policy replay": (policy_cli.replay_args, policy_cli.run_replay,
+    "policy replay": (_in("policy", "replay_args"), _in("policy", "run_replay"),
                       "evaluate a candidate bundle on a tenant's logged decisions"),
-    "audit export": (cli_audit.export_args, cli_audit.export_cmd,
+    "audit export": (_in("audit", "export_args"), _in("audit", "export_cmd"),
                      "write a tenant's audit events as JSON Lines or CSV"),
-    "audit verify": (cli_audit.verify_args, cli_audit.verify_cmd,
+    "audit verify": (_in("audit", "verify_args"), _in("audit", "verify_cmd"),
                      "check an export's hash chain and signed checkpoints offline"),
-    "audit prune": (cli_audit.prune_args, cli_audit.prune_cmd,
+    "audit prune": (_in("audit", "prune_args"), _in("audit", "prune_cmd"),
                     "drop old audit events up to a signed checkpoint"),
-    "audit checkpoint": (cli_audit.checkpoint_args, cli_audit.checkpoint_cmd,
+    "audit checkpoint": (_in("audit", "checkpoint_args"), _in("audit", "checkpoint_cmd"),
                          "sign a checkpoint of a tenant's audit chain now"),
-    "demo": (demo.demo_args, demo.demo_cmd,
+    "demo": (_in("demo", "demo_args"), _in("demo", "demo_cmd"),
              "play the refund story end to end on a temporary server"),
 }
 
@@ -293,7 +302,11 @@ def package_version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line. With ``argv``, only the command it names gets its own
+    arguments (the others are listed with their help, as always, but their modules stay
+    unimported); without, every command does."""
+    chosen = _chosen(argv)
     parser = argparse.ArgumentParser(
         prog="cosigner",
         description="Cosigner: policy decisions and human approvals for AI-agent tool calls. "
@@ -313,15 +326,30 @@ def build_parser() -> argparse.ArgumentParser:
             sub = groups[head].add_parser(tail, help=help_text, description=help_text)
         else:
             sub = top.add_parser(head, help=help_text, description=help_text)
-        configure(sub)
+        if chosen is None or name == chosen:
+            configure(sub)
         sub.set_defaults(run=run)
     return parser
+
+
+def _chosen(argv: list[str] | None) -> str | None:
+    """The :data:`COMMANDS` name ``argv`` selects (the top level has only ``--help`` and
+    ``--version``, which take no value), or ``None`` (then every command is configured)."""
+    if argv is None:
+        return None
+    words = [word for word in argv if not word.startswith("-")][:2]
+    for name in (" ".join(words), words[0] if words else ""):
+        if name in COMMANDS:
+            return name
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     from cosigner.core import errors
 
-    args = build_parser().parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = build_parser(argv).parse_args(argv)
     settings = get_settings()
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(levelname)s %(name)s: %(message)s")

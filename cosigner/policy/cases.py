@@ -144,7 +144,9 @@ async def evaluate_case(bundle: Bundle, input_doc: dict[str, Any]) -> PolicyResu
         if spec is None:
             return deny("unknown_tool", f"{name} is not in the tool catalogue")
         try:
-            spec.validate(input_doc.get("args"))
+            # jsonschema's answer either way; the compiled validator is built on the
+            # first real decision, not at bundle load (idle memory, issue 20).
+            spec.validate(input_doc.get("args"), compiled=False)
         except InvalidArgs as exc:
             return deny(
                 "invalid_args",

@@ -32,19 +32,22 @@ any argument it refuses, and any argument holding a float, where its non-strict
 ``integer`` would differ — goes to the ``jsonschema`` validator above, which decides and
 words every error. So the answer and the errors are ``jsonschema``'s by construction; a
 hypothesis test (tests/policy/test_catalogue_compiled.py) checks that the compiled
-validator accepts exactly what ``jsonschema`` accepts on the catalogue schemas.
+validator accepts exactly what ``jsonschema`` accepts on the catalogue schemas. The
+compiled validator is built (and ``jsonschema-rs`` imported, ~6.5 MB resident with the
+compiled schema) on a tool's first validation, not at load (:class:`CompiledOnFirstUse`):
+an idle server that never validates holds neither (issue 20, idle memory).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-import jsonschema_rs
 import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
@@ -102,9 +105,38 @@ def compiled_validator(schema: Mapping[str, Any]) -> Any | None:
     in ``jsonschema``; never fetching remote references), or ``None`` when it cannot
     build one (then ``jsonschema`` alone validates)."""
     try:
+        import jsonschema_rs
+
         return jsonschema_rs.Draft202012Validator(schema, validate_formats=False, offline=True)
     except Exception:  # noqa: BLE001 - any refusal means: use jsonschema only
         return None
+
+
+def _never_valid(instance: Any) -> bool:
+    return False
+
+
+class CompiledOnFirstUse:
+    """:func:`compiled_validator` of ``schema``, built on the first :meth:`is_valid` call.
+
+    Thread-safe: the first callers wait on one lock and one of them builds it; from then on
+    ``is_valid`` is the compiled validator's own bound method (an instance attribute
+    shadowing this class's method), so the hot path pays nothing for the laziness. Where
+    no compiled validator can be built, ``is_valid`` answers ``False`` for everything, so
+    ``jsonschema`` alone decides (as for a ``None`` compiled validator).
+    """
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        self._schema = schema
+        self._lock = threading.Lock()
+
+    def is_valid(self, instance: Any) -> bool:  # replaced by the built validator's
+        with self._lock:
+            if "is_valid" not in self.__dict__:
+                compiled = compiled_validator(self._schema)
+                self.is_valid = (  # type: ignore[method-assign]
+                    _never_valid if compiled is None else compiled.is_valid)
+        return bool(self.is_valid(instance))
 
 
 def _no_float(value: Any) -> bool:
@@ -135,15 +167,17 @@ class ToolSpec:
     display: Mapping[str, DisplayHint] = field(default_factory=dict, compare=False)
     _compiled: Any = field(default=None, repr=False, compare=False)
 
-    def validate(self, args: Any) -> None:
-        """Check ``args`` against the tool's schema.
+    def validate(self, args: Any, *, compiled: bool = True) -> None:
+        """Check ``args`` against the tool's schema. ``compiled=False`` skips the compiled
+        validator (the answer and errors are ``jsonschema``'s either way): the golden cases
+        run at bundle load use it, so loading a bundle does not build it.
 
         Raises:
             InvalidArgs: ``invalid_args`` with ``extra["errors"] = [{"path", "message"}]``,
                 one per violation, in a stable order (path, then message).
         """
-        compiled = self._compiled
-        if compiled is not None and compiled.is_valid(args) and _no_float(args):
+        fast = self._compiled if compiled else None
+        if fast is not None and fast.is_valid(args) and _no_float(args):
             return  # valid for jsonschema too (module docstring)
         errors = [
             {"path": _pointer(error.absolute_path), "message": error.message}
@@ -220,7 +254,7 @@ def _parse_tool(name: str, raw: Any, where: str) -> ToolSpec:
         schema=schema,
         _validator=StrictValidator(schema),
         display=display,
-        _compiled=compiled_validator(schema),
+        _compiled=CompiledOnFirstUse(schema),
     )
 
 

@@ -11,6 +11,8 @@ float-free instance exactly when ``jsonschema`` (with the strict-integer rule an
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +22,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cosigner.core.errors import InvalidArgs
+from cosigner.policy import catalogue
 from cosigner.policy.catalogue import (
+    CompiledOnFirstUse,
     StrictValidator,
     ToolSpec,
     _no_float,
     _pointer,
     compiled_validator,
+    load_catalogue,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,3 +182,49 @@ def test_ecma_dollar_is_end_of_input_in_both() -> None:
 def test_no_compiled_validator_for_remote_references() -> None:
     schema = {"$ref": "https://example.invalid/schema.json"}
     assert compiled_validator(schema) is None
+
+
+REFUND_ARGS = {"order_id": "ord_8472", "amount_minor": 5000, "currency": "USD",
+               "reason_code": "duplicate_charge"}
+
+
+def test_a_loaded_tool_builds_its_compiled_validator_on_first_use_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 20 (idle memory): loading a bundle, golden cases included, builds no compiled
+    # validator; the first validations, arriving together on eight threads, build it once.
+    built: list[Any] = []
+
+    def counting(schema: Any) -> Any:
+        built.append(schema)
+        return compiled_validator(schema)
+
+    monkeypatch.setattr(catalogue, "compiled_validator", counting)
+    raw = (ROOT / "policies/refunds/tools.yaml").read_bytes()
+    spec = load_catalogue({"tools.yaml": raw}, "tools.yaml", where="t").lookup("issue_refund")
+    assert spec is not None
+    spec.validate(REFUND_ARGS, compiled=False)
+    assert built == []
+    start = threading.Barrier(8)
+
+    def first_use(_: int) -> None:
+        start.wait()
+        spec.validate(REFUND_ARGS)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(first_use, range(8)))
+    assert len(built) == 1
+    lazy = spec._compiled
+    assert isinstance(lazy, CompiledOnFirstUse)
+    assert lazy.is_valid.__self__ is not lazy  # now the compiled validator's own method
+    assert lazy.is_valid(REFUND_ARGS) and not lazy.is_valid({**REFUND_ARGS, "amount_minor": "5"})
+    with pytest.raises(InvalidArgs) as info:
+        spec.validate({**REFUND_ARGS, "amount_minor": "5"})
+    assert info.value.extra["errors"] == python_errors(spec.schema,
+                                                       {**REFUND_ARGS, "amount_minor": "5"})
+    assert len(built) == 1
+
+
+def test_without_a_compiled_validator_jsonschema_decides_everything() -> None:
+    lazy = CompiledOnFirstUse({"$ref": "https://example.invalid/schema.json"})
+    assert lazy.is_valid({}) is False
+    assert lazy.is_valid(1) is False
