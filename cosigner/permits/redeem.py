@@ -310,7 +310,8 @@ _Read = tuple[_PermitState | None, tuple[dict[str, Any], list[str]] | None, list
 def _read_raw(db: Database, tenant: str, claims: PermitClaims) -> _Read | None:
     """:func:`_read` on the raw ``sqlite3`` driver, in one snapshot; ``None`` when the
     database is not a SQLite file (:func:`cosigner.db.raw_sql.read_connection`)."""
-    with read_connection(db) as conn:
+    # One statement without an approval is its own snapshot: no BEGIN … ROLLBACK.
+    with read_connection(db, snapshot=claims.approval_id is not None) as conn:
         if conn is None:
             return None
         dialect = db.engine.dialect
