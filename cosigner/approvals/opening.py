@@ -9,6 +9,7 @@ is joined; expired, a new request opens.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals.requests import (
@@ -35,6 +37,7 @@ from cosigner.audit.masking import mask_value
 from cosigner.core.canonical import canonicalize
 from cosigner.core.errors import Conflict, InvalidRequest, NotFound, PolicyError
 from cosigner.core.ids import new_id
+from cosigner.db.batch import NeedsCore
 from cosigner.db.raw_insert import raw_sqlite
 from cosigner.db.raw_sql import RawStatement
 from cosigner.db.tables import decisions
@@ -42,12 +45,14 @@ from cosigner.db.tables_approvals import approvals
 from cosigner.identity.principals import Caller
 from cosigner.permits import ledger as permit_ledger
 from cosigner.policy.result import ApprovalRequirement
+from cosigner.webhooks import outbox
 
 if TYPE_CHECKING:
     from cosigner.context import AppContext
     from cosigner.core.settings import Settings
 
-__all__ = ["CallFacts", "open_request", "record_gate", "request_review"]
+__all__ = ["CallFacts", "open_request", "open_request_raw", "record_gate", "record_gate_raw",
+           "request_review"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +112,52 @@ async def _insert(conn: AsyncConnection, values: dict[str, Any]) -> bool:
     return (await conn.execute(_insert_pending(conn.dialect.name), values)).first() is not None
 
 
+def _pending_values(call: CallFacts, requirement: ApprovalRequirement,
+                    opened_by: dict[str, Any], now: datetime, kind: str,
+                    reason: str | None) -> dict[str, Any]:
+    """The ``approvals`` row of a new pending request (:data:`_OPEN_COLUMNS`)."""
+    return dict(
+        id=new_id(), tenant=call.tenant, kind=kind, decision_id=call.decision_id,
+        run_id=call.run_id, tool=call.tool, args_hash=call.args_hash,
+        # Stored masked (invariant 10 at rest, like call_inputs); the hash binds.
+        args=canonicalize(mask_value(call.args, list(call.mask))).decode(),
+        mask=list(call.mask),
+        requirement=requirement.as_dict(), status="pending", initiator=call.initiator,
+        principal=call.principal, opened_by=opened_by, reasons=call.reasons,
+        policy=call.policy, reason=reason, created_at=now,
+        expires_at=now + timedelta(milliseconds=requirement.timeout_ms))
+
+
+def _opened(values: dict[str, Any], requirement: ApprovalRequirement, settings: Settings,
+            now: datetime) -> tuple[Any, dict[str, Any], Event]:
+    """``(row, brief view, approval.requested event)`` of the request ``values`` opened."""
+    row = SimpleNamespace(**values, stage=1, decided_at=None, permit_jti=None, permit=None)
+    requested = event("approval.requested", row, values["opened_by"], kind=values["kind"],
+                      requirement=requirement.as_dict(),
+                      expires_at=values["expires_at"].isoformat(), reason=values["reason"])
+    return row, view(row, [], public_url=settings.public_url, now=now, brief=True), requested
+
+
+def open_request_raw(raw: sqlite3.Connection, dialect: Dialect, settings: Settings, *,
+                     call: CallFacts, requirement: ApprovalRequirement,
+                     opened_by: dict[str, Any], now: datetime
+                     ) -> tuple[dict[str, Any], list[Event]]:
+    """:func:`open_request` (kind ``policy``) on a raw batch transaction's ``sqlite3``
+    connection, for its common case: a new request and no webhook to queue.
+
+    Raises:
+        NeedsCore: a pending twin exists (join it), or the tenant has webhook receivers
+            (:func:`open_request` does both).
+    """
+    if outbox.targets(settings, call.tenant):
+        raise NeedsCore
+    values = _pending_values(call, requirement, opened_by, now, "policy", None)
+    if not _INSERT_PENDING_RAW.run(raw, dialect, values)[0]:
+        raise NeedsCore
+    _, brief, requested = _opened(values, requirement, settings, now)
+    return brief, [requested]
+
+
 async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallFacts,
                        requirement: ApprovalRequirement, opened_by: dict[str, Any],
                        now: datetime, kind: str = "policy",
@@ -125,25 +176,12 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
     for _ in range(3):
         # Insert first: the partial unique index says whether a pending twin exists, so
         # the common case (a new request) costs one statement and no read.
-        approval_id = new_id()
-        expires_at = now + timedelta(milliseconds=requirement.timeout_ms)
-        values = dict(
-            id=approval_id, tenant=call.tenant, kind=kind, decision_id=call.decision_id,
-            run_id=call.run_id, tool=call.tool, args_hash=call.args_hash,
-            # Stored masked (invariant 10 at rest, like call_inputs); the hash binds.
-            args=canonicalize(mask_value(call.args, list(call.mask))).decode(),
-            mask=list(call.mask),
-            requirement=requirement.as_dict(), status="pending", initiator=call.initiator,
-            principal=call.principal, opened_by=opened_by, reasons=call.reasons,
-            policy=call.policy, reason=reason, created_at=now, expires_at=expires_at)
+        values = _pending_values(call, requirement, opened_by, now, kind, reason)
         if await _insert(conn, values):
-            row = SimpleNamespace(**values, stage=1, decided_at=None, permit_jti=None,
-                                  permit=None)
-            events.append(event("approval.requested", row, opened_by, kind=kind,
-                                requirement=requirement.as_dict(),
-                                expires_at=expires_at.isoformat(), reason=reason))
+            row, brief, requested = _opened(values, requirement, settings, now)
+            events.append(requested)
             await notify(conn, settings, row, "approval.pending", now)
-            return view(row, [], public_url=public_url, now=now, brief=True), events
+            return brief, events
         existing = await _pending_for_call(conn, call)
         if existing is None:
             # The twin left 'pending' while we waited for its row lock: the next INSERT
@@ -234,13 +272,32 @@ async def record_gate(conn: AsyncConnection, settings: Settings, caller: Caller,
     decision plan's transaction (:meth:`cosigner.decisions.plan.DecisionPlan.apply`, after
     it stored the call input). ``response["approval"]`` becomes the request's brief state.
     Returns the approval events."""
-    decision_id = response["decision_id"]
-    call = CallFacts(
-        tenant=caller.tenant, decision_id=decision_id, run_id=input_doc["run"]["id"],
-        tool=input_doc["tool"]["name"], args=input_doc["args"],
-        args_hash=response["args_hash"], mask=mask, initiator=input_doc["initiator"],
-        principal=input_doc["principal"], policy=response["policy"],
-        reasons=response["reasons"])
     response["approval"], events = await open_request(
-        conn, settings, call=call, requirement=requirement, opened_by=caller.actor(), now=now)
+        conn, settings, call=_gate_call(caller, response, input_doc, mask),
+        requirement=requirement, opened_by=caller.actor(), now=now)
     return events
+
+
+def record_gate_raw(raw: sqlite3.Connection, dialect: Dialect, settings: Settings,
+                    caller: Caller, *, response: dict[str, Any],
+                    requirement: ApprovalRequirement, input_doc: dict[str, Any],
+                    mask: tuple[str, ...], now: datetime) -> list[Event]:
+    """:func:`record_gate` on a raw batch transaction (:func:`open_request_raw`).
+
+    Raises:
+        NeedsCore: as :func:`open_request_raw`.
+    """
+    response["approval"], events = open_request_raw(
+        raw, dialect, settings, call=_gate_call(caller, response, input_doc, mask),
+        requirement=requirement, opened_by=caller.actor(), now=now)
+    return events
+
+
+def _gate_call(caller: Caller, response: dict[str, Any], input_doc: dict[str, Any],
+               mask: tuple[str, ...]) -> CallFacts:
+    return CallFacts(
+        tenant=caller.tenant, decision_id=response["decision_id"],
+        run_id=input_doc["run"]["id"], tool=input_doc["tool"]["name"],
+        args=input_doc["args"], args_hash=response["args_hash"], mask=mask,
+        initiator=input_doc["initiator"], principal=input_doc["principal"],
+        policy=response["policy"], reasons=response["reasons"])

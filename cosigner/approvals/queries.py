@@ -11,13 +11,20 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 
 from cosigner.approvals import eligibility
-from cosigner.approvals.requests import expire_due, expire_if_due, permit_of, reviews_of
+from cosigner.approvals.requests import (
+    aware,
+    expire_due,
+    expire_if_due,
+    permit_of,
+    reviews_of,
+)
 from cosigner.approvals.views import effective_status, view
 from cosigner.core.errors import Forbidden, NotFound
 from cosigner.db.database import Database
+from cosigner.db.raw_sql import RawStatement, read_connection
 from cosigner.db.tables_approvals import approvals
 from cosigner.identity.principals import Caller
 
@@ -87,7 +94,39 @@ async def _get_state(deps: AppContext, caller: Caller, approval_id: str, *,
         if row.status != "pending" or time.monotonic() >= deadline:
             return view(row, rows, public_url=deps.settings.public_url, now=now,
                         include_permit=caller.has_any("runtime"), permit_row=permit)
+        await _wait_for_change(deps, caller.tenant, approval_id, deadline)
+
+
+async def _wait_for_change(deps: AppContext, tenant: str, approval_id: str,
+                           deadline: float) -> None:
+    """Sleep in steps of :data:`POLL_INTERVAL_S`, reading only the request's status and
+    expiry (one indexed row), until it left ``pending``, is due, is gone, or the deadline
+    (``time.monotonic()``) passed; the caller then reads the whole state again."""
+    while True:
         await asyncio.sleep(min(POLL_INTERVAL_S, max(deadline - time.monotonic(), 0.0)))
+        if time.monotonic() >= deadline:
+            return
+        found = await _status(deps.db, tenant, approval_id)
+        if found is None or found[0] != "pending" or deps.clock() >= aware(found[1]):
+            return
+
+
+_STATUS = select(approvals.c.status, approvals.c.expires_at).where(
+    approvals.c.id == bindparam("id"), approvals.c.tenant == bindparam("tenant"))
+_STATUS_RAW = RawStatement(_STATUS)
+
+
+async def _status(db: Database, tenant: str, approval_id: str) -> tuple[str, Any] | None:
+    """``(status, expires_at)`` of one request, or ``None``: on a SQLite file through the
+    raw read connection (:func:`cosigner.db.raw_sql.read_connection`), else Core."""
+    values = {"id": approval_id, "tenant": tenant}
+    with read_connection(db, snapshot=False) as conn:
+        if conn is not None:
+            rows = _STATUS_RAW.run(conn, db.engine.dialect, values)[0]
+            return (rows[0][0], rows[0][1]) if rows else None
+    async with db.read() as conn:
+        row = (await conn.execute(_STATUS, values)).first()
+    return None if row is None else (row.status, row.expires_at)
 
 
 async def list_requests(deps: AppContext, caller: Caller, *, status: str = "pending",

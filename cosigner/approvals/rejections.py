@@ -23,10 +23,12 @@ which holds only standing rejections, so every replica sees the same thing:
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, bindparam, func, select
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals.requests import event, load, reviews_of
@@ -51,7 +53,8 @@ from cosigner.policy.result import Reason, parse_requirement
 if TYPE_CHECKING:
     from cosigner.context import AppContext
 
-__all__ = ["REASON_CODE", "Call", "RejectionFound", "rejected_calls", "standing", "withdraw"]
+__all__ = ["REASON_CODE", "Call", "RejectionFound", "rejected_calls", "standing",
+           "standing_raw", "withdraw"]
 
 REASON_CODE = "rejected_by_reviewer"
 MAX_REASON_CHARS = 500
@@ -83,6 +86,14 @@ async def standing(conn: AsyncConnection, *, tenant: str, run_id: str, tool: str
         return None if not rows else reason(rows[0][0], rows[0][1] or "")
     row = (await conn.execute(_STANDING_CALL, values)).first()
     return None if row is None else reason(row.id, row.comment or "")
+
+
+def standing_raw(raw: sqlite3.Connection, dialect: Dialect, *, tenant: str, run_id: str,
+                 tool: str, args_hash: str) -> Reason | None:
+    """:func:`standing` on a raw batch transaction's ``sqlite3`` connection."""
+    rows = _STANDING_CALL_RAW.run(raw, dialect, {"tenant": tenant, "run_id": run_id,
+                                                 "tool": tool, "args_hash": args_hash})[0]
+    return None if not rows else reason(rows[0][0], rows[0][1] or "")
 
 
 # Built once (binds by name): the decision batch runs it for every call it must check.

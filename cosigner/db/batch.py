@@ -7,7 +7,9 @@ An item is either
   prepared item's rows, one ``executemany`` per table on the raw driver
   (:mod:`cosigner.db.raw_insert`); or
 * a callable ``work(conn) -> Write`` that must read or update state under the write lock
-  (run contracts, approval requests, redeem's single-use UPDATE).
+  (run contracts, approval requests, redeem's single-use UPDATE); a :class:`RawWork`
+  also carries the same work on SQLite's own driver, so a batch of prepared writes and
+  raw work items never touches SQLAlchemy on a SQLite file.
 
 A batch first runs optimistically: prepared rows in bulk, work items one after another
 with no SAVEPOINT each. If any item fails (a refusal it raises, a unique key, a value the
@@ -73,11 +75,33 @@ class Write:
 Work = Callable[[AsyncConnection], Awaitable[Write]]
 
 
+class NeedsCore(Exception):
+    """Raised by a :class:`RawWork`'s ``raw`` when the case is not one it handles on the
+    driver (rare states: a revoke, a contract to count, a twin to join): the raw
+    transaction is rolled back and the batch runs again on the SQLAlchemy path."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawWork:
+    """A work item with a twin on SQLite's own driver: ``core(conn)`` is the
+    :data:`Work` (any database; what a redo item by item runs), ``raw(conn, dialect)``
+    the same reads and writes on the ``sqlite3`` connection of a raw batch transaction
+    (:func:`cosigner.db.raw_transaction.raw_transaction`), synchronous. ``raw`` may raise
+    :class:`NeedsCore` (run the batch the SQLAlchemy way) or a :class:`CosignerError`
+    (redo the batch item by item, as for any work item)."""
+
+    core: Work
+    raw: Callable[[sqlite3.Connection, Dialect], Write]
+
+    def __call__(self, conn: AsyncConnection) -> Awaitable[Write]:
+        return self.core(conn)
+
+
 class _RedoItemByItem(Exception):
     """A work item refused in an optimistic (savepoint-free) batch: redo item by item."""
 
 
-Item = Write | Work
+Item = Write | Work | RawWork
 Finish = Callable[[AsyncConnection, list[Write]], Awaitable[None]]
 #: ``guard(conn, writes)`` → the indexes (into ``writes``) refused, with their errors.
 Guard = Callable[[AsyncConnection, list[Write]], Awaitable[dict[int, CosignerError]]]
@@ -98,16 +122,21 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
                      raw: RawHooks | None = None
                      ) -> Callable[[list[Item]], Awaitable[list[Any]]]:
     """A ``run_batch`` for :class:`GroupCommitter` over :data:`Item` s. With ``raw``
-    hooks, a batch of prepared writes only on a file SQLite database runs on the driver
-    (the optimistic bulk attempt; a redo item by item takes the SQLAlchemy path)."""
+    hooks, a batch of prepared writes and :class:`RawWork` s only, on a file SQLite
+    database, runs on the driver (the optimistic bulk attempt; a redo item by item takes
+    the SQLAlchemy path, and so does the batch when a ``raw`` raises
+    :class:`NeedsCore`)."""
 
     async def run_batch(items: list[Item]) -> list[Any]:
         bulk, aborted = True, 0
         while True:
             try:
                 if bulk and raw is not None and db.is_sqlite and all(
-                        type(item) is Write for item in items):
-                    outcomes = await _run_raw(items)  # type: ignore[arg-type]
+                        type(item) is Write or type(item) is RawWork for item in items):
+                    try:
+                        outcomes = await _run_raw(items)  # type: ignore[arg-type]
+                    except NeedsCore:
+                        outcomes = None  # rolled back: the SQLAlchemy path decides
                     if outcomes is not None:
                         return outcomes
                 return await _run(items, bulk=bulk)
@@ -184,23 +213,34 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
             await finish(conn, done)
         return outcomes
 
-    async def _run_raw(items: list[Write]) -> list[Any] | None:
-        """The bulk attempt of an all-prepared batch on SQLite's own driver, or ``None``
-        when the database is not a file (no inline driver)."""
+    async def _run_raw(items: list[Write | RawWork]) -> list[Any] | None:
+        """The bulk attempt of a batch of prepared writes and raw work items on SQLite's
+        own driver (as :func:`_run` with ``bulk``: guard, items in order, bulk insert,
+        finish), or ``None`` when the database is not a file (no inline driver)."""
         assert raw is not None
         async with raw_transaction(db) as conn:
             if conn is None:
                 return None
             dialect = db.engine.dialect
-            refused = raw.guard(conn, dialect, items) if guard is not None else {}
+            refused: dict[int, CosignerError] = {}
+            if guard is not None:
+                prepared = [(i, item) for i, item in enumerate(items)
+                            if type(item) is Write]
+                verdicts = raw.guard(conn, dialect, [item for _, item in prepared])
+                refused = {prepared[k][0]: exc for k, exc in verdicts.items()}
             outcomes: list[Any] = []
             done: list[Write] = []
             for index, item in enumerate(items):
                 if index in refused:
                     outcomes.append(refused[index])
-                else:
-                    outcomes.append(item)
-                    done.append(item)
+                    continue
+                if type(item) is RawWork:
+                    try:
+                        item = item.raw(conn, dialect)
+                    except CosignerError as exc:
+                        raise _RedoItemByItem from exc
+                outcomes.append(item)
+                done.append(item)  # type: ignore[arg-type]
             for table, rows in _by_table(done).items():  # parents before children
                 for same in _same_keys(rows):
                     sqlite_many(conn, *sqlite_rows(dialect, table, same))

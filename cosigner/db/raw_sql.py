@@ -130,10 +130,13 @@ def _reader(database: Any) -> _Reader | None:
 
 
 @contextmanager
-def read_connection(database: Any) -> Iterator[sqlite3.Connection | None]:
+def read_connection(database: Any, *, snapshot: bool = True
+                    ) -> Iterator[sqlite3.Connection | None]:
     """A ``sqlite3`` connection holding one read snapshot (``BEGIN`` … ``ROLLBACK``), for
     statements run with no ``await`` in between; ``None`` when ``database`` is not a
     SQLite file (use SQLAlchemy then) or the connection is in use (re-entrance).
+    ``snapshot=False``: no ``BEGIN`` (for one statement, which is its own snapshot in
+    autocommit mode).
 
     Raises:
         Unavailable ``storage_unavailable``: the database cannot be read.
@@ -146,7 +149,8 @@ def read_connection(database: Any) -> Iterator[sqlite3.Connection | None]:
     try:
         try:
             conn = reader.connect()
-            conn.execute("BEGIN")
+            if snapshot:
+                conn.execute("BEGIN")
         except sqlite3.Error as exc:
             reader.close()
             raise Unavailable("the database is unavailable",
@@ -158,7 +162,8 @@ def read_connection(database: Any) -> Iterator[sqlite3.Connection | None]:
                               code="storage_unavailable") from exc
         finally:
             try:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
             except sqlite3.Error:
                 reader.close()
     finally:

@@ -23,11 +23,13 @@ from the plan's initial response.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Table
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import opening as approval_requests
@@ -35,9 +37,10 @@ from cosigner.approvals import rejections
 from cosigner.approvals import standing as standing_approvals
 from cosigner.audit.chain import Event
 from cosigner.context import AppContext
-from cosigner.db.batch import Item, Write
+from cosigner.db.batch import Item, NeedsCore, RawWork, Write
 from cosigner.db.tables import decisions, permits
 from cosigner.db.tables_approvals import call_inputs
+from cosigner.decisions import guard_sql
 from cosigner.identity.principals import Caller
 from cosigner.permits import ledger as permit_ledger
 from cosigner.policy.result import ApprovalRequirement
@@ -121,11 +124,19 @@ class DecisionPlan:
         return response
 
     def item(self) -> Item:
-        """What the group committer runs: the prepared rows, or :meth:`apply`."""
+        """What the group committer runs: the prepared rows, or :meth:`apply` (with its
+        raw twin :meth:`apply_raw` for a plain ``require_approval``)."""
         simple = (not self.locked and not self.contract
                   and (self.call.shadow
                        or self.evaluation.result.effect in ("allow", "deny")))
-        return self.prepared() if simple else self.apply
+        if simple:
+            return self.prepared()
+        requirement = self.evaluation.result.approval
+        if (self.evaluation.result.effect == "require_approval" and not self.call.shadow
+                and not self.contract and requirement is not None
+                and requirement.standing is None):
+            return RawWork(self.apply, self.apply_raw)
+        return self.apply
 
     def prepared(self) -> Write:
         """The rows and events of an ``allow``/``deny`` (or any shadow decision) outside any
@@ -169,6 +180,34 @@ class DecisionPlan:
                 conn, self.deps.settings, self.call.caller, response=response,
                 requirement=requirement, input_doc=self.input_doc, mask=self.mask,
                 now=self.now)
+        return self._gated_write(response, approval_events, gated, standing_id)
+
+    def apply_raw(self, raw: sqlite3.Connection, dialect: Dialect) -> Write:
+        """:meth:`apply` on a raw batch transaction's ``sqlite3`` connection, for what
+        :meth:`item` gives it (a ``require_approval`` outside any known contract, no
+        standing approvals): its common case, a new request in a run with no contract
+        and no standing rejection of the call.
+
+        Raises:
+            NeedsCore: anything else (a rejection, a contract, a pending twin, webhooks):
+                :meth:`apply` decides it.
+        """
+        response = self.initial_response()
+        tool = self.call.tool["name"]
+        if rejections.standing_raw(raw, dialect, tenant=self.tenant, run_id=self.run_id,
+                                   tool=tool, args_hash=self.call.args_hash) is not None:
+            raise NeedsCore
+        if guard_sql.contracted(raw, {(self.tenant, self.run_id)}):
+            raise NeedsCore
+        requirement = self.evaluation.result.approval
+        assert requirement is not None
+        approval_events = approval_requests.record_gate_raw(
+            raw, dialect, self.deps.settings, self.call.caller, response=response,
+            requirement=requirement, input_doc=self.input_doc, mask=self.mask, now=self.now)
+        return self._gated_write(response, approval_events, True, None)
+
+    def _gated_write(self, response: dict[str, Any], approval_events: list[Event],
+                     gated: bool, standing_id: str | None) -> Write:
         events, rows = self._writes(response, standing_id=standing_id)
         if gated:
             rows.append((call_inputs, self._call_input_row()))

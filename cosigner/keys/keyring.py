@@ -36,13 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
-    Ed25519PublicKey,
 )
 from joserfc.jwk import OKPKey
 
+from cosigner.core import fastjson
 from cosigner.core.errors import PermitRefused
 from cosigner.keys.folder import locked, read_key_file, tighten, write_key_file
 from cosigner.keys.material import (
@@ -68,6 +67,10 @@ MAX_TOKEN_CHARS = 16_384
 """Longer tokens are refused before any decoding (permits are a few hundred bytes)."""
 
 _HEADER_MEMBERS = frozenset({"alg", "kid", "typ"})
+#: Decoded header segments (every token of one key and type has the same one; decoding is
+#: a pure function of the segment, so a remembered result is the result). Read-only.
+_HEADERS: dict[str, dict[str, Any]] = {}
+_MAX_HEADERS = 64
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
 
 
@@ -318,7 +321,12 @@ class Keyring:
         segments = token.split(".")
         if len(segments) != 3:
             raise PermitRefused("token is not a compact JWS", code="malformed_permit")
-        header = _decode_json_segment(segments[0], what="header")
+        header = _HEADERS.get(segments[0])
+        if header is None:
+            header = _decode_json_segment(segments[0], what="header")
+            if len(_HEADERS) >= _MAX_HEADERS:
+                _HEADERS.clear()
+            _HEADERS[segments[0]] = header
 
         alg = header.get("alg")
         if not isinstance(alg, str) or alg not in ALGORITHMS:
@@ -337,10 +345,10 @@ class Keyring:
             raise PermitRefused("token type not accepted here", code="wrong_token_type")
 
         # Both names are one signature (Ed25519, RFC 8032; "EdDSA" per RFC 8037 §3.1),
-        # checked with cryptography directly: the header is already checked above, and
+        # checked directly (libsodium or cryptography): the header is already checked above, and
         # joserfc's compact deserialisation re-parsed it at several times the cost on the
         # redeem path (issue 20; tests/keys compare the outcomes with joserfc's).
-        _verify_eddsa(entry.verify_key, segments)
+        _verify_eddsa(entry, segments)
         # Parse the payload segment ourselves, with the same strict JSON rules as the header.
         return _decode_json_segment(segments[1], what="payload")
 
@@ -369,19 +377,21 @@ def _plan(keys: Sequence[tuple[OKPKey, KeyInfo]], now: datetime
     return signer[0], signer[1].kid, entries, min(changes, default=None)
 
 
-def _verify_eddsa(key: OKPKey, segments: list[str]) -> None:
+def _verify_eddsa(entry: Entry, segments: list[str]) -> None:
     """The Ed25519 signature of an ``Ed25519`` or ``EdDSA`` token (RFC 8037 §3.1: the same
-    signature), checked with cryptography directly."""
+    signature), checked with the entry's own check (libsodium or cryptography directly,
+    :func:`cosigner.keys.material.ed25519_verifier`)."""
     if not _B64URL.fullmatch(segments[2]):
         raise PermitRefused("signature is not base64url", code="malformed_permit")
-    public = key.public_key
-    if not isinstance(public, Ed25519PublicKey):
+    if entry.check is None:  # not an Ed25519 key
         raise PermitRefused("signature verification failed", code="bad_signature")
     try:
         signature = _b64url_decode(segments[2])
-        public.verify(signature, f"{segments[0]}.{segments[1]}".encode("ascii"))
-    except (binascii.Error, InvalidSignature, UnicodeEncodeError) as exc:
+        valid = entry.check(signature, f"{segments[0]}.{segments[1]}".encode("ascii"))
+    except (binascii.Error, UnicodeEncodeError) as exc:
         raise PermitRefused("signature verification failed", code="bad_signature") from exc
+    if not valid:
+        raise PermitRefused("signature verification failed", code="bad_signature")
 
 
 def _b64url(data: bytes) -> bytes:
@@ -412,13 +422,28 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def _strict_json(raw: bytes) -> Any:
+    """The stdlib parser with duplicate members refused: what a JOSE segment must be.
+    :func:`cosigner.core.fastjson.loads` answers first where it proves the same value
+    (no duplicate, no ``\\u`` escape, safe numbers; tests/keys/test_keyring.py compares
+    the two with hypothesis).
+
+    Raises:
+        ValueError: not JSON (``JSONDecodeError``, ``UnicodeDecodeError``), or a member
+            repeats.
+    """
+    return json.loads(raw, object_pairs_hook=_reject_duplicates)
+
+
 def _decode_json_segment(segment: str, *, what: str) -> dict[str, Any]:
     """base64url (no padding) → strict JSON object; anything else is ``malformed_permit``."""
     if not _B64URL.fullmatch(segment):
         raise PermitRefused(f"{what} is not base64url", code="malformed_permit")
     try:
         raw = _b64url_decode(segment)
-        value = json.loads(raw, object_pairs_hook=_reject_duplicates)
+        proven, value = fastjson.loads(raw)
+        if not proven:
+            value = _strict_json(raw)
     except (binascii.Error, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError
         raise PermitRefused(f"{what} is not valid JSON", code="malformed_permit") from exc
     if not isinstance(value, dict):

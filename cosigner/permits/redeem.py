@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import and_, bindparam, select
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.audit.chain import Event, append
@@ -27,10 +28,9 @@ from cosigner.core.load import Shedding
 from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
 from cosigner.core.settings import Settings
-from cosigner.db.batch import Write
+from cosigner.db.batch import NeedsCore, RawWork, Write
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
-from cosigner.db.raw_insert import raw_sqlite
 from cosigner.db.raw_sql import RawStatement, read_connection
 from cosigner.db.tables import permits as permits_table
 from cosigner.db.tables_approvals import approvals, call_inputs, reviews, standing_approvals
@@ -63,6 +63,9 @@ _PERMIT_AND_INPUT_RAW = RawStatement(select(
     call_inputs.c.tenant == permits_table.c.tenant))).where(
     permits_table.c.jti == bindparam("jti"), permits_table.c.tenant == bindparam("tenant")))
 _REDEEM_RAW = RawStatement(_REDEEM)
+_PERMIT_STATE_RAW = RawStatement(select(permits_table.c.status, permits_table.c.expires_at)
+                                 .where(permits_table.c.jti == bindparam("jti"),
+                                        permits_table.c.tenant == bindparam("tenant")))
 
 
 _STATE_REFUSALS = {"redeemed": ("already_redeemed", "the permit was already redeemed"),
@@ -157,34 +160,53 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
                    _refusal_event(caller, exc, claims, tool, presented_hash), now)
         raise
     redeemed = claims
+    values = {"p_jti": redeemed.jti, "p_tenant": caller.tenant, "p_at": now}
 
     async def work(conn: AsyncConnection) -> Write:
         # In the decision log's group commit: one COMMIT for many redeems and decisions.
-        raw = await raw_sqlite(conn)
-        rejected = await _standing_rejection(conn, caller.tenant, redeemed, raw)
+        rejected = await _standing_rejection(conn, caller.tenant, redeemed)
         if rejected is not None:
             return await _revoke_rejected(conn, caller, redeemed, rejected, now)
-        values = {"p_jti": redeemed.jti, "p_tenant": caller.tenant, "p_at": now}
-        if raw is not None:  # the committer's own sqlite3 connection, same transaction
-            changed = _REDEEM_RAW.run(raw, conn.dialect, values)[1]
-        else:
-            changed = (await conn.execute(_REDEEM, values)).rowcount
+        changed = (await conn.execute(_REDEEM, values)).rowcount
         if changed == 1:
-            event = _claims_event("permit.redeemed", caller, redeemed, {})
-            return Write(caller.tenant, [replace(event, time=now)], None)
+            return _redeemed(caller, redeemed, now)
         # A concurrent redeem won (or the permit was revoked meanwhile).
-        refusal = _state_refusal(await permit_row(conn, caller.tenant, redeemed.jti,
-                                                   lock=False), now) or PermitRefused(
-            "the permit was already redeemed", code="already_redeemed")
-        event = _claims_event("permit.refused", caller, redeemed, {"code": refusal.code})
-        return Write(caller.tenant, [replace(event, time=now)], refusal)
+        return _lost(caller, redeemed, await permit_row(conn, caller.tenant, redeemed.jti,
+                                                         lock=False), now)
 
-    written: Write = await deps.log_writer.submit(work, key=caller.tenant)
+    def work_raw(conn: sqlite3.Connection, dialect: Dialect) -> Write:
+        # The same on the batch's own sqlite3 connection (same transaction and lock).
+        if _STANDING_REJECTION_RAW.run(conn, dialect, {
+                "tenant": caller.tenant, "run_id": redeemed.run, "tool": redeemed.tool,
+                "args_hash": redeemed.args_hash})[0]:
+            raise NeedsCore  # revoke the permit: the SQLAlchemy path does it
+        if _REDEEM_RAW.run(conn, dialect, values)[1] == 1:
+            return _redeemed(caller, redeemed, now)
+        rows = _PERMIT_STATE_RAW.run(conn, dialect, {"jti": redeemed.jti,
+                                                     "tenant": caller.tenant})[0]
+        return _lost(caller, redeemed, _PermitState(*rows[0]) if rows else None, now)
+
+    written: Write = await deps.log_writer.submit(RawWork(work, work_raw),
+                                                  key=caller.tenant)
     if isinstance(written.result, PermitRefused):
         raise written.result
     return {"status": "redeemed", "jti": claims.jti, "decision_id": claims.decision_id,
             "approval_id": claims.approval_id, "tool": claims.tool,
             "args_hash": claims.args_hash, "redeemed_at": isoformat(now)}
+
+
+def _redeemed(caller: Caller, claims: PermitClaims, now: datetime) -> Write:
+    return Write(caller.tenant, [_claims_event("permit.redeemed", caller, claims, {},
+                                               time=now)], None)
+
+
+def _lost(caller: Caller, claims: PermitClaims, row: Any, now: datetime) -> Write:
+    """The refusal of a redeem whose ``UPDATE`` changed no row (``row``: the permit's
+    state read after it)."""
+    refusal = _state_refusal(row, now) or PermitRefused(
+        "the permit was already redeemed", code="already_redeemed")
+    return Write(caller.tenant, [_claims_event("permit.refused", caller, claims,
+                                               {"code": refusal.code}, time=now)], refusal)
 
 
 _STANDING_REJECTION = select(approvals.c.id).where(
@@ -193,8 +215,8 @@ _STANDING_REJECTION = select(approvals.c.id).where(
     approvals.c.status == "rejected", approvals.c.withdrawn_at.is_(None)).limit(1)
 
 
-async def _standing_rejection(conn: AsyncConnection, tenant: str, claims: PermitClaims,
-                              raw: sqlite3.Connection | None = None) -> str | None:
+async def _standing_rejection(conn: AsyncConnection, tenant: str, claims: PermitClaims
+                              ) -> str | None:
     """The id of a standing rejection of the permit's call (tenant, run, tool, args hash),
     read in the redeem's write transaction: a permit minted for the same call before a
     reviewer rejected it (a sibling decision, or one racing the rejection) never runs it
@@ -202,9 +224,6 @@ async def _standing_rejection(conn: AsyncConnection, tenant: str, claims: Permit
     rejections (``ix_approvals_rejected_call``)."""
     values = {"tenant": tenant, "run_id": claims.run, "tool": claims.tool,
               "args_hash": claims.args_hash}
-    if raw is not None:
-        rows = _STANDING_REJECTION_RAW.run(raw, conn.dialect, values)[0]
-        return str(rows[0][0]) if rows else None
     found = (await conn.execute(_STANDING_REJECTION, values)).scalar()
     return None if found is None else str(found)
 
@@ -229,13 +248,13 @@ async def _revoke_rejected(conn: AsyncConnection, caller: Caller, claims: Permit
 
 
 def _claims_event(kind: str, caller: Caller, claims: PermitClaims,
-                  payload: dict[str, Any]) -> Event:
+                  payload: dict[str, Any], time: datetime | None = None) -> Event:
     return Event(type=kind, actor=caller.actor(), decision_id=claims.decision_id,
                  approval_id=claims.approval_id, permit_jti=claims.jti, run_id=claims.run,
                  tool=claims.tool, args_hash=claims.args_hash,
                  policy={"id": claims.policy["id"], "version": claims.policy["version"],
                          "revision": claims.policy["revision"]},
-                 payload=payload)
+                 payload=payload, time=time)
 
 
 def _refusal_event(caller: Caller, exc: PermitRefused, claims: PermitClaims | None,
@@ -291,7 +310,8 @@ _Read = tuple[_PermitState | None, tuple[dict[str, Any], list[str]] | None, list
 def _read_raw(db: Database, tenant: str, claims: PermitClaims) -> _Read | None:
     """:func:`_read` on the raw ``sqlite3`` driver, in one snapshot; ``None`` when the
     database is not a SQLite file (:func:`cosigner.db.raw_sql.read_connection`)."""
-    with read_connection(db) as conn:
+    # One statement without an approval is its own snapshot: no BEGIN … ROLLBACK.
+    with read_connection(db, snapshot=claims.approval_id is not None) as conn:
         if conn is None:
             return None
         dialect = db.engine.dialect

@@ -1,0 +1,132 @@
+"""The require_approval decision and the redeem run their batch work on SQLite's own
+driver (RawWork, issue 20 session 5): same answers, same rows, same chained events as the
+SQLAlchemy way, which still serves every case the raw twin hands back (NeedsCore)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from cosigner.audit.chain import verify_bodies
+from cosigner.db.batch import NeedsCore
+from cosigner.db.tables import audit_events, permits
+from cosigner.db.tables_approvals import approvals, call_inputs
+from cosigner.decisions.plan import DecisionPlan
+from cosigner.permits import redeem as redeem_module
+from tests.conftest import Harness, decision_request
+from tests.http.approval_helpers import decide, redeem, refund_args
+
+#: Members that differ between two decisions of the same call (ids, times, the run).
+_VARYING = {"id", "decision_id", "request_id", "approval_id", "run_id", "created_at",
+            "expires_at", "review_url", "time", "seq", "prev_hash", "hash", "run", "subject",
+            "trace_id", "eval_us", "permit_jti"}
+
+
+def _same(value: Any) -> Any:
+    """``value`` without the members that differ between two decisions."""
+    if isinstance(value, dict):
+        return {k: _same(v) for k, v in value.items() if k not in _VARYING}
+    if isinstance(value, list):
+        return [_same(v) for v in value]
+    return value
+
+
+async def _written(h: Harness, tenant: str, decision_id: str) -> dict[str, Any]:
+    async with h.db.read() as conn:
+        approval = (await conn.execute(select(approvals).where(
+            approvals.c.tenant == tenant, approvals.c.decision_id == decision_id))).one()
+        stored = (await conn.execute(select(call_inputs.c.input, call_inputs.c.mask).where(
+            call_inputs.c.tenant == tenant,
+            call_inputs.c.decision_id == decision_id))).one()
+        events = (await conn.execute(select(audit_events.c.type, audit_events.c.body).where(
+            audit_events.c.tenant == tenant, audit_events.c.decision_id == decision_id)
+            .order_by(audit_events.c.seq))).all()
+    return {"approval": _same(dict(approval._mapping)),
+            "input": _same(stored.input), "mask": stored.mask,
+            "events": [(e.type, _same(json.loads(e.body))) for e in events]}
+
+
+async def _chain_holds(h: Harness, tenant: str) -> None:
+    async with h.db.read() as conn:
+        rows = (await conn.execute(select(audit_events.c.body, audit_events.c.hash)
+                                   .where(audit_events.c.tenant == tenant)
+                                   .order_by(audit_events.c.seq))).all()
+    assert verify_bodies([(r.body, r.hash) for r in rows]) == (None, None)
+
+
+async def test_require_approval_raw_writes_what_the_sqlalchemy_way_writes(
+        harness: Harness, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = await harness.headers(tenant, "runtime")
+    ran: list[str] = []
+    real = DecisionPlan.apply_raw
+
+    def spy(self: DecisionPlan, raw: Any, dialect: Any) -> Any:
+        ran.append("raw")
+        return real(self, raw, dialect)
+
+    monkeypatch.setattr(DecisionPlan, "apply_raw", spy)
+    body = decision_request(run={"id": "run-raw"}, args=refund_args(150_000))
+    by_raw = await decide(harness, runtime, body)
+    assert ran == (["raw"] if harness.db.is_sqlite else [])
+
+    def hand_back(self: DecisionPlan, raw: Any, dialect: Any) -> Any:
+        raise NeedsCore
+
+    monkeypatch.setattr(DecisionPlan, "apply_raw", hand_back)
+    by_core = await decide(harness, runtime, decision_request(
+        run={"id": "run-core"}, args=refund_args(150_000)))
+    assert by_raw["effect"] == by_core["effect"] == "require_approval"
+    assert _same(by_raw) == _same(by_core)
+    assert by_raw["approval"]["review_url"].endswith(by_raw["approval"]["id"])
+    raw_rows = await _written(harness, tenant, by_raw["decision_id"])
+    core_rows = await _written(harness, tenant, by_core["decision_id"])
+    assert [t for t, _ in raw_rows["events"]] == ["decision.made", "approval.requested"]
+    assert raw_rows == core_rows
+    # The same call again joins the pending request (the raw twin hands it back).
+    monkeypatch.setattr(DecisionPlan, "apply_raw", real)
+    again = await decide(harness, runtime, {**body, "request_id": "req-again"})
+    assert again["approval"]["id"] == by_raw["approval"]["id"]
+    await _chain_holds(harness, tenant)
+
+
+async def test_redeem_raw_is_single_use_and_logged(harness: Harness, tenant: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = await harness.headers(tenant, "runtime")
+    ran: list[int] = []
+    real = redeem_module._REDEEM_RAW
+
+    class Spy:
+        def run(self, conn: Any, dialect: Any, values: Any) -> Any:
+            out = real.run(conn, dialect, values)
+            ran.append(out[1])
+            return out
+
+    monkeypatch.setattr(redeem_module, "_REDEEM_RAW", Spy())
+    tokens = []
+    for i in range(3):
+        made = await decide(harness, runtime, decision_request(run={"id": f"run-{i}"}))
+        tokens.append(made["permit"]["token"])
+    args = decision_request()["args"]
+    answers = await asyncio.gather(*(redeem(harness, runtime, token, "issue_refund", args)
+                                     for token in tokens for _ in range(4)))
+    codes = sorted(a.status_code for a in answers)
+    assert codes == [200] * 3 + [409] * 9, [a.text for a in answers]
+    assert {a.json()["code"] for a in answers if a.status_code == 409} == {
+        "already_redeemed"}
+    async with harness.db.read() as conn:
+        states = (await conn.execute(select(permits.c.status).where(
+            permits.c.tenant == tenant))).scalars().all()
+        kinds = (await conn.execute(select(audit_events.c.type).where(
+            audit_events.c.tenant == tenant, audit_events.c.type.like("permit.re%"))
+        )).scalars().all()
+    assert sorted(states) == ["redeemed"] * 3
+    assert sorted(kinds) == ["permit.redeemed"] * 3 + ["permit.refused"] * 9
+    await _chain_holds(harness, tenant)
+    if harness.db.is_sqlite:  # the single-use UPDATE ran on the driver, rowcount 1 or 0
+        assert sorted(ran) == [0] * 9 + [1] * 3
+    else:
+        assert ran == []
