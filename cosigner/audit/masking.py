@@ -60,7 +60,7 @@ def _no_masked_keys(doc: Any) -> bool:
     decides).
 
     Proof: without a backslash in orjson's output, every key is written there verbatim
-    (orjson escapes only ``"``, ``\`` and control characters). An always-masked key,
+    (orjson escapes only ``"``, ``\\`` and control characters). An always-masked key,
     lowercased and stripped of ``_``/``-``, equals or (for the suffixes) ends with one of
     :data:`_MASKED_WORDS`; as long as no character lowercases into ASCII letters
     (:data:`_LOWERS_TO_ASCII`), the ASCII letters of a lowercased key are its own ASCII

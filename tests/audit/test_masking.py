@@ -135,3 +135,11 @@ def test_only_two_characters_lowercase_into_ascii() -> None:
                     if any(ord(x) < 0x80 for x in c.lower()))
     assert found == "\u0130\u212a"
     assert masking._LOWERS_TO_ASCII.findall(found) == list(found)
+
+
+def test_keys_that_lowercase_into_a_masked_name_are_masked_without_a_walk_shortcut() -> None:
+    for key in ("To\u212aen", "api_\u212aey", "x-api-\u212aey", "my_TO\u212aEN"):
+        assert is_always_masked(key)
+        masked, paths = mask_with_paths({"a": [{key: "v", "b": 1}]})
+        assert masked == {"a": [{key: MASK, "b": 1}]}, key
+        assert paths == [f"/a/0/{key}"]
