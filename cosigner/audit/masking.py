@@ -15,8 +15,11 @@ sees and what the log keeps are masked by one rule.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
+
+import orjson
 
 from cosigner.core import pointer as json_pointer
 
@@ -36,6 +39,46 @@ def is_always_masked(key: str) -> bool:
     lowered = key.lower()
     return (lowered.replace("_", "").replace("-", "") in ALWAYS_MASKED
             or lowered.endswith(_MASKED_SUFFIXES))
+
+
+#: orjson options of :func:`_no_masked_keys`: a subclass of ``str``/``int``/``dict``/``list``
+#: (whose keys or items a subclass may present differently), a dataclass or a datetime is
+#: refused (the walk decides).
+_PROOF_OPTIONS = (orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
+                  | orjson.OPT_PASSTHROUGH_DATETIME)
+#: Characters outside ASCII whose ``str.lower()`` holds an ASCII letter: ``İ`` (→ ``i̇``)
+#: and the Kelvin sign (→ ``k``); tests/audit/test_masking.py checks no other exists in
+#: the running interpreter's Unicode database.
+_LOWERS_TO_ASCII = re.compile("[\u0130\u212a]")
+#: What every always-masked key contains once lowercased with ``_`` and ``-`` removed
+#: (written out in :func:`_no_masked_keys`).
+_MASKED_WORDS = (b"token", b"secret", b"password", b"apikey", b"authorization")
+
+
+def _no_masked_keys(doc: Any) -> bool:
+    """True when no object member anywhere in ``doc`` is :func:`is_always_masked` — proven
+    from ``doc``'s JSON text, without a walk in Python; False when not proven (the walk
+    decides).
+
+    Proof: without a backslash in orjson's output, every key is written there verbatim
+    (orjson escapes only ``"``, ``\\`` and control characters). An always-masked key,
+    lowercased and stripped of ``_``/``-``, equals or (for the suffixes) ends with one of
+    :data:`_MASKED_WORDS`; as long as no character lowercases into ASCII letters
+    (:data:`_LOWERS_TO_ASCII`), the ASCII letters of a lowercased key are its own ASCII
+    letters, contiguous in the text, so the text lowercased (ASCII) and stripped of
+    ``_``/``-`` contains that word. It contains none of them, so no key is masked. Extra
+    text (values, keys of things the walk does not enter) can only refuse the proof."""
+    try:
+        text = orjson.dumps(doc, option=_PROOF_OPTIONS)
+    except (orjson.JSONEncodeError, TypeError):
+        return False
+    if b"\\" in text:
+        return False
+    if not text.isascii() and _LOWERS_TO_ASCII.search(text.decode()):
+        return False
+    folded = text.lower().translate(None, b"_-")
+    return not (b"token" in folded or b"secret" in folded or b"password" in folded
+                or b"apikey" in folded or b"authorization" in folded)
 
 
 def _mask_pointer(doc: Any, pointer: str) -> tuple[Any, bool]:
@@ -115,7 +158,8 @@ def mask_with_paths(obj: Any, pointers: list[str] | tuple[str, ...] = ()
         doc, hit = _mask_pointer(doc, pointer)
         if hit:
             found.append(pointer)
-    doc = _mask_keys(doc, [], found)
+    if not _no_masked_keys(doc):
+        doc = _mask_keys(doc, [], found)
     return doc, sorted(set(found))
 
 

@@ -58,6 +58,11 @@ class GroupCommitStats:
     largest_batch: int = 0
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class GroupCommitter(Generic[I]):
     """Queue writes and commit them in batches (sizes, waits and queue bounded by settings)."""
 
@@ -81,6 +86,9 @@ class GroupCommitter(Generic[I]):
         self._size = 0
         self._busy = False
         self._arrived = asyncio.Event()
+        #: While a batch gathers: resolved when the queue can fill it (see _gather).
+        self._filled: asyncio.Future[None] | None = None
+        self._room = 0
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.stats = GroupCommitStats()
@@ -134,7 +142,11 @@ class GroupCommitter(Generic[I]):
             self._turns.append(key)
         queue.append(pending)
         self._size += 1
-        self._arrived.set()
+        filled = self._filled
+        if filled is None:
+            self._arrived.set()
+        elif self._size >= self._room and not filled.done():
+            filled.set_result(None)
         if not tracing.enabled():
             return await pending.future
         with tracing.span("decision_log.write") as current:
@@ -169,20 +181,26 @@ class GroupCommitter(Generic[I]):
             self._busy = True
             try:
                 self._take(batch)
-                deadline = loop.time() + self._max_wait_s
-                while len(batch) < self._max_batch:
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        break
-                    self._arrived.clear()
-                    try:
-                        await asyncio.wait_for(self._arrived.wait(), remaining)
-                    except TimeoutError:
-                        break
+                if len(batch) < self._max_batch and self._max_wait_s > 0:
+                    await self._gather(loop, self._max_batch - len(batch))
                     self._take(batch)
                 await self._commit(batch)
             finally:
                 self._busy = False
+
+    async def _gather(self, loop: asyncio.AbstractEventLoop, room: int) -> None:
+        """Wait ``max_wait_s`` for more items, or less once ``room`` more are queued: one
+        timer and one future per batch (arrivals do not wake the drain task one by one)."""
+        if self._size >= room:
+            return
+        filled = self._filled = loop.create_future()
+        self._room = room
+        timer = loop.call_later(self._max_wait_s, _resolve, filled)
+        try:
+            await filled
+        finally:
+            timer.cancel()
+            self._filled = None
 
     async def _commit(self, batch: list[_Pending[I]]) -> None:
         self.stats.batches += 1

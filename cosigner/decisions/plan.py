@@ -24,7 +24,7 @@ from the plan's initial response.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -246,7 +246,7 @@ class DecisionPlan:
         an ``allow``), the decision row, and for an ``allow`` the permit row and the call
         input. Fills in ``response["permit"]``."""
         events = [decision_event(self.call, response, self.evaluation, self.mask,
-                                 trace_id=self.trace_id)]
+                                 trace_id=self.trace_id, time=self.now)]
         rows: list[tuple[Table, dict[str, Any]]] = [(decisions, self._decision_row(response))]
         if self.call.shadow:
             # Never a permit (so nothing to redeem); the input is kept for replay.
@@ -259,12 +259,12 @@ class DecisionPlan:
                 decision_id=self.decision_id, approval_id=None, tool=self.call.tool["name"],
                 args_hash=self.call.args_hash, policy=self.evaluation.policy or {},
                 approvers=[], now=self.now, ttl_s=permit_ttl(self),
-                actor=self.call.caller.actor(), standing_id=standing_id)
+                actor=self.call.caller.actor(), standing_id=standing_id, event_time=self.now)
             response["permit"] = permit
             events.append(permit_event)
             rows.append((permits, permit_row))
             rows.append((call_inputs, self._call_input_row()))
-        return [replace(e, time=self.now) for e in events], rows
+        return events, rows
 
     def _call_input_row(self) -> dict[str, Any]:
         return permit_ledger.call_input_row(tenant=self.tenant, decision_id=self.decision_id,
@@ -291,8 +291,10 @@ def permit_ttl(plan: DecisionPlan) -> int:
 
 
 def decision_event(call: Call, response: dict[str, Any], evaluation: Evaluation,
-                   mask: tuple[str, ...], *, trace_id: str | None = None) -> Event:
-    """The ``decision.made`` event of ``response`` (args masked by ``audit.append``)."""
+                   mask: tuple[str, ...], *, trace_id: str | None = None,
+                   time: datetime | None = None) -> Event:
+    """The ``decision.made`` event of ``response`` (args masked by ``audit.append``),
+    happening at ``time`` (``append``'s ``now`` when ``None``)."""
     payload: dict[str, Any] = {
         "request_id": call.request_id,
         "reasons": response["reasons"],
@@ -327,4 +329,4 @@ def decision_event(call: Call, response: dict[str, Any], evaluation: Evaluation,
         args_hash=response["args_hash"], effect=response["effect"],
         principal=str(call.principal.get("id")), policy=evaluation.policy, payload=payload,
         mask=tuple("/args" + pointer for pointer in mask),
-        mode="shadow" if call.shadow else None)
+        mode="shadow" if call.shadow else None, time=time)

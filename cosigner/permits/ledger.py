@@ -32,18 +32,20 @@ def prepare_permit(
     decision_id: str, approval_id: str | None, tool: str, args_hash: str,
     policy: dict[str, str], approvers: list[dict[str, Any]], now: datetime, ttl_s: int,
     actor: dict[str, Any], break_glass: bool = False, standing_id: str | None = None,
+    event_time: datetime | None = None,
 ) -> tuple[dict[str, Any], Event, dict[str, Any]]:
     """Mint a permit without touching the database.
 
     Returns ``({token, jti, expires_at}, permit.minted event, permits row values)``; the
-    caller inserts the row in the transaction that records the event. ``ttl_s`` in s.
+    caller inserts the row in the transaction that records the event. ``ttl_s`` in s;
+    ``event_time``: the event's time (``append``'s ``now`` when ``None``).
     """
     token, claims = mint_permit(
         keyring, issuer=settings.issuer, audience=settings.audience, tenant=tenant,
         run_id=run_id, decision_id=decision_id, approval_id=approval_id, tool=tool,
         args_hash=args_hash, policy=policy, approvers=approvers, now=now, ttl_s=ttl_s,
         break_glass=break_glass, standing_id=standing_id)
-    expires_at = datetime.fromtimestamp(claims.exp, UTC)
+    expires_at, expires_text = _expiry(claims.exp)
     row = {"jti": claims.jti, "tenant": tenant, "decision_id": decision_id,
            "approval_id": approval_id, "run_id": run_id, "tool": tool,
            "args_hash": args_hash, "status": "issued", "issued_at": now,
@@ -54,10 +56,27 @@ def prepare_permit(
                   payload={"exp": claims.exp, "kid": keyring.current_kid,
                            "approvers": [dict(a) for a in claims.approvers],
                            **({"break_glass": True} if break_glass else {}),
-                           **({"standing_id": standing_id} if standing_id else {})})
+                           **({"standing_id": standing_id} if standing_id else {})},
+                  time=event_time)
     permit = {"token": token, "jti": claims.jti,
-              "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+              "expires_at": expires_text}
     return permit, event, row
+
+
+#: The last expiry seen: ``(exp, its UTC datetime, its RFC 3339 text)``. Permits minted in
+#: the same second with the same lifetime share it (``strftime`` is the costliest part of
+#: preparing a permit's row after the signature).
+_last_expiry: tuple[int, datetime, str] = (-1, datetime.min, "")
+
+
+def _expiry(exp: int) -> tuple[datetime, str]:
+    """``exp`` (NumericDate) as an aware UTC datetime and ``YYYY-MM-DDTHH:MM:SSZ``."""
+    global _last_expiry  # noqa: PLW0603 - a one-entry memo
+    last = _last_expiry
+    if last[0] != exp:
+        at = datetime.fromtimestamp(exp, UTC)
+        last = _last_expiry = (exp, at, at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return last[1], last[2]
 
 
 async def issue(

@@ -86,3 +86,60 @@ def test_always_masked_keys_match_a_full_copy_walk_and_leave_the_input_alone(doc
     masked, paths = mask_with_paths(doc)
     assert masked == expected and paths == sorted(set(found))
     assert doc == before
+
+
+# The walk is skipped when the document's JSON text proves no key is always-masked
+# (masking._no_masked_keys): the result must stay the walk's, byte for byte.
+_tricky_keys = st.one_of(
+    _keys,
+    st.sampled_from(["TOKEN", "To\u212aen", "api_\u212aey", "AUTHORİZATION", "pass-word",
+                     "a_p_i-k_e_y", "my_Token", "x-api-key", "secretive", "tok\"en",
+                     "tok\\en", "tok\nen", "se\u00e7ret", "pässword", "Σ_token", "ﬆoken",
+                     "\U0001f600_secret", "note", "amount_minor", "order_id"]),
+    st.text(alphabet=st.sampled_from("tokenTOKEN_-apiKEYsecrt\u212a\u0130\u00e9\"\\ \x01"),
+            max_size=8),
+    st.text(max_size=6))
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+    | st.text(max_size=4) | st.just(MASK),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_tricky_keys, inner,
+                                                                  max_size=4),
+    max_leaves=25)
+_pointers = st.lists(st.sampled_from(["", "/a", "/token", "/0", "/a/0", "/x~1y", "/zz"]),
+                     max_size=2)
+
+
+@given(_values, _pointers)
+def test_the_text_proof_never_changes_what_is_masked(doc: Any, pointers: list[str]) -> None:
+    from cosigner.audit import masking
+
+    before = copy.deepcopy(doc)
+    expected_doc, expected_found = doc, []
+    for pointer in pointers:  # mask_with_paths without the proof: pointers, then the walk
+        expected_doc, hit = masking._mask_pointer(expected_doc, pointer)
+        if hit:
+            expected_found.append(pointer)
+    expected_doc = masking._mask_keys(expected_doc, [], expected_found)
+    masked, paths = mask_with_paths(doc, pointers)
+    assert masked == expected_doc and paths == sorted(set(expected_found))
+    assert type(masked) is type(expected_doc)
+    assert doc == before
+    if masking._no_masked_keys(doc):  # the proof holds only where the walk finds nothing
+        assert masking._mask_keys(doc, [], []) is doc
+
+
+def test_only_two_characters_lowercase_into_ascii() -> None:
+    from cosigner.audit import masking
+
+    found = "".join(c for c in map(chr, range(0x80, 0x110000))
+                    if any(ord(x) < 0x80 for x in c.lower()))
+    assert found == "\u0130\u212a"
+    assert masking._LOWERS_TO_ASCII.findall(found) == list(found)
+
+
+def test_keys_that_lowercase_into_a_masked_name_are_masked_without_a_walk_shortcut() -> None:
+    for key in ("To\u212aen", "api_\u212aey", "x-api-\u212aey", "my_TO\u212aEN"):
+        assert is_always_masked(key)
+        masked, paths = mask_with_paths({"a": [{key: "v", "b": 1}]})
+        assert masked == {"a": [{key: MASK, "b": 1}]}, key
+        assert paths == [f"/a/0/{key}"]
