@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
@@ -49,6 +50,7 @@ from cosigner.db.database import (
     _short,
 )
 from cosigner.db.raw_insert import insert_many, sqlite_many, sqlite_rows
+from cosigner.db.raw_pg import PgLink, insert_rows
 from cosigner.db.raw_transaction import raw_transaction
 
 log = logging.getLogger("cosigner.db.batch")
@@ -94,12 +96,25 @@ class RawHooks:
     finish: Callable[[sqlite3.Connection, Dialect, list[Write]], None]
 
 
+@dataclass(frozen=True, slots=True)
+class PgHooks:
+    """``guard`` and ``finish`` on a PostgreSQL batch's own asyncpg connection (same reads
+    and writes as their SQLAlchemy twins), for batches of prepared :class:`Write` s only
+    (:mod:`cosigner.db.raw_pg`)."""
+
+    guard: Callable[[asyncpg.Connection, Dialect, list[Write]],
+                    Awaitable[dict[int, CosignerError]]]
+    finish: Callable[[asyncpg.Connection, Dialect, list[Write]], Awaitable[None]]
+
+
 def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None,
-                     raw: RawHooks | None = None
+                     raw: RawHooks | None = None, pg: PgHooks | None = None
                      ) -> Callable[[list[Item]], Awaitable[list[Any]]]:
     """A ``run_batch`` for :class:`GroupCommitter` over :data:`Item` s. With ``raw``
-    hooks, a batch of prepared writes only on a file SQLite database runs on the driver
-    (the optimistic bulk attempt; a redo item by item takes the SQLAlchemy path)."""
+    hooks, a batch of prepared writes only on a file SQLite database runs on the driver;
+    with ``pg`` hooks, on PostgreSQL through asyncpg, on the runner's own connection (the
+    optimistic bulk attempt; a redo item by item takes the SQLAlchemy path)."""
+    link = PgLink(db) if pg is not None and not db.is_sqlite else None
 
     async def run_batch(items: list[Item]) -> list[Any]:
         bulk, aborted = True, 0
@@ -110,6 +125,9 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
                     outcomes = await _run_raw(items)  # type: ignore[arg-type]
                     if outcomes is not None:
                         return outcomes
+                if bulk and link is not None and link.enabled and all(
+                        type(item) is Write for item in items):
+                    return await _run_pg(items)  # type: ignore[arg-type]
                 return await _run(items, bulk=bulk)
             except (UniqueViolation, _RedoItemByItem):
                 if not bulk:
@@ -193,21 +211,43 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
                 return None
             dialect = db.engine.dialect
             refused = raw.guard(conn, dialect, items) if guard is not None else {}
-            outcomes: list[Any] = []
-            done: list[Write] = []
-            for index, item in enumerate(items):
-                if index in refused:
-                    outcomes.append(refused[index])
-                else:
-                    outcomes.append(item)
-                    done.append(item)
+            outcomes, done = _split(items, refused)
             for table, rows in _by_table(done).items():  # parents before children
                 for same in _same_keys(rows):
                     sqlite_many(conn, *sqlite_rows(dialect, table, same))
             raw.finish(conn, dialect, done)
         return outcomes
 
+    async def _run_pg(items: list[Write]) -> list[Any]:
+        """The bulk attempt of an all-prepared batch on PostgreSQL's asyncpg connection:
+        the guard's reads, the rows, then the chain heads (locked last, in tenant order,
+        so they are held for the events, the head update and the COMMIT only)."""
+        assert pg is not None and link is not None
+        dialect = db.engine.dialect
+        async with link.transaction() as conn:
+            refused = await pg.guard(conn, dialect, items) if guard is not None else {}
+            outcomes, done = _split(items, refused)
+            for table, rows in _by_table(done).items():  # parents before children
+                for same in _same_keys(rows):
+                    await insert_rows(conn, dialect, table, same)
+            await pg.finish(conn, dialect, done)
+        return outcomes
+
     return run_batch
+
+
+def _split(items: list[Write], refused: dict[int, CosignerError]
+           ) -> tuple[list[Any], list[Write]]:
+    """``(outcomes, writes to insert)``: the guard's refusals in place, the rest as is."""
+    outcomes: list[Any] = []
+    done: list[Write] = []
+    for index, item in enumerate(items):
+        if index in refused:
+            outcomes.append(refused[index])
+        else:
+            outcomes.append(item)
+            done.append(item)
+    return outcomes, done
 
 
 def _by_table(writes: list[Write]) -> dict[Table, list[dict[str, Any]]]:
