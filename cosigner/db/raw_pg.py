@@ -124,13 +124,13 @@ class PgLink:
         conn = await self.connect()
         try:
             try:
-                await conn.execute("BEGIN")
+                await conn.execute(_BEGIN)
             except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError):
                 # A connection that died while idle (server restart): once more on a new
                 # one, as the engine's pre-ping would.
                 self._drop()
                 conn = await self.connect()
-                await conn.execute("BEGIN")
+                await conn.execute(_BEGIN)
             try:
                 yield conn
                 await conn.execute("COMMIT")
@@ -155,6 +155,28 @@ class PgLink:
             log.error("database transaction failed: %s", _short(error))
             raise Unavailable("the database is unavailable; nothing was recorded",
                               code="storage_unavailable") from error
+        try:
+            await conn.execute(_FLUSH)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            # Committed, perhaps not on disk: never acknowledged; an outage (cause not a
+            # DBAPIError), so the batch is not redone.
+            self._drop()
+            log.error("database flush failed: %s: %s", type(exc).__name__, exc)
+            raise Unavailable("the database could not confirm the write",
+                              code="storage_unavailable") from exc
+
+
+#: The batch commits without waiting for the WAL flush (``synchronous_commit`` off for
+#: this transaction only), so its chain-head row locks are released at COMMIT instead of
+#: after the fsync: the other replica's batch extends the chain meanwhile. Nothing is
+#: acknowledged before :data:`_FLUSH` returns.
+_BEGIN = "BEGIN; SET LOCAL synchronous_commit TO off"
+#: A transaction that writes WAL (a transactional logical message, callable by any role)
+#: and commits under the server's own ``synchronous_commit`` (on): its COMMIT flushes the
+#: WAL up to its commit record, which lies after the batch's, so when it returns the batch
+#: is on disk (and on synchronous standbys) exactly as a synchronous COMMIT would have it.
+#: Flushes of both replicas share fsyncs (PostgreSQL's own group commit).
+_FLUSH = "BEGIN; SELECT pg_logical_emit_message(true, 'cosigner', 'flush'); COMMIT"
 
 
 def _sqlalchemy_error(exc: BaseException) -> sa_exc.DBAPIError:
