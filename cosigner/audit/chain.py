@@ -173,14 +173,13 @@ def append_raw(raw: sqlite3.Connection, dialect: Dialect, tenant: str, events: l
 async def append_pg(conn: Any, dialect: Dialect, tenant: str, events: list[Event],
                     *, now: datetime) -> list[dict[str, Any]]:
     """:func:`append` on a PostgreSQL batch's own asyncpg connection
-    (:mod:`cosigner.db.raw_pg`: the head locked ``FOR UPDATE``, created at genesis, the
-    events' rows, the head moved)."""
+    (:mod:`cosigner.db.raw_pg`: the head locked ``FOR UPDATE``, created at genesis; the
+    events' rows and the head moved in one statement)."""
     seq, prev = await raw_pg.lock_head(conn, tenant, GENESIS)
     stored, rows = _chain(tenant, events, seq, prev, now)
     if stored:
         seq, prev = stored[-1]["seq"], stored[-1]["hash"]
-        await raw_pg.insert_rows(conn, dialect, audit_events, rows)
-    await raw_pg.move_head(conn, tenant, seq, prev)
+    await raw_pg.extend_chain(conn, dialect, audit_events, tenant, rows, seq, prev)
     return stored
 
 

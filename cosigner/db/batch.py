@@ -50,7 +50,7 @@ from cosigner.db.database import (
     _short,
 )
 from cosigner.db.raw_insert import insert_many, sqlite_many, sqlite_rows
-from cosigner.db.raw_pg import PgLink, insert_rows
+from cosigner.db.raw_pg import PgLink, insert_tables
 from cosigner.db.raw_transaction import raw_transaction
 
 log = logging.getLogger("cosigner.db.batch")
@@ -227,9 +227,9 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
         async with link.transaction() as conn:
             refused = await pg.guard(conn, dialect, items) if guard is not None else {}
             outcomes, done = _split(items, refused)
-            for table, rows in _by_table(done).items():  # parents before children
-                for same in _same_keys(rows):
-                    await insert_rows(conn, dialect, table, same)
+            await insert_tables(conn, dialect, [  # one statement; parents before children
+                (table, same) for table, rows in _by_table(done).items()
+                for same in _same_keys(rows)])
             await pg.finish(conn, dialect, done)
         return outcomes
 

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 from sqlalchemy import Table
@@ -200,71 +201,109 @@ def _sqlalchemy_error(exc: BaseException) -> sa_exc.DBAPIError:
 
 
 # -- inserts ----------------------------------------------------------------------------
+#
+# Rows go in as one array per column (``INSERT … SELECT * FROM unnest($1::t1[], …)``): one
+# statement for all rows of several tables (data-modifying CTEs), one round trip. Array
+# element types carry no length (``varchar``, not ``varchar(36)``): an explicit cast would
+# cut an over-long value silently, the INSERT's assignment cast refuses it as a row insert
+# does (``string_data_right_truncation``, a DataError).
 
-_NUMBERED: dict[str, str] = {}
-
-
-def _numbered(sql: str) -> str:
-    """``VALUES (?, ?, …)`` → ``VALUES ($1, $2, …)`` (the SQL holds no other ``?``)."""
-    out = _NUMBERED.get(sql)
-    if out is None:
-        parts = sql.split("?")
-        out = _NUMBERED[sql] = "".join(
-            f"{part}${i}" for i, part in enumerate(parts[:-1], 1)) + parts[-1]
-    return out
+_TYPES: dict[tuple[int, str, str], str] = {}
 
 
-async def insert_rows(conn: asyncpg.Connection, dialect: Dialect, table: Table,
-                      rows: Sequence[dict[str, Any]]) -> None:
-    """``INSERT`` ``rows`` (each with the first row's keys) into ``table``: one prepared
-    statement, every row in one pipelined ``executemany``. Values through the dialect's
-    bind processors (:func:`cosigner.db.raw_insert.sqlite_rows` with the PostgreSQL
-    dialect). Raises asyncpg's errors (mapped by :meth:`PgLink.transaction`)."""
-    if rows:
-        sql, params = sqlite_rows(dialect, table, rows)
-        await conn.executemany(_numbered(sql), params)
-
-
-# -- the guard's reads (pdp.decision_log_writer's confirm) ------------------------------
-
-_DECIDED = ("SELECT request_id, request_hash, response FROM decisions "
-            "WHERE tenant = $1 AND request_id = ANY($2::varchar[])")
-_CONTRACTED = "SELECT tenant, run_id FROM runs WHERE run_id = ANY($1::varchar[])"
-_REJECTED = ("SELECT tenant, run_id, tool, args_hash FROM approvals "
-             "WHERE tenant = ANY($1::varchar[]) AND run_id = ANY($2::varchar[]) "
-             "AND status = 'rejected' AND withdrawn_at IS NULL")
-
-
-async def decided(conn: asyncpg.Connection, dialect: Dialect,
-                  requests: set[tuple[str, str]]) -> dict[tuple[str, str], tuple[Any, ...]]:
-    """``pdp._decided``: ``{(tenant, request_id): (request_id, request_hash, response)}``
-    of those already decided, one query per tenant on the unique key."""
-    by_tenant: dict[str, list[str]] = {}
-    for tenant, request_id in requests:
-        by_tenant.setdefault(tenant, []).append(request_id)
-    load = decisions.c.response.type.dialect_impl(dialect).result_processor(dialect, None)
-    found: dict[tuple[str, str], tuple[Any, ...]] = {}
-    for tenant, ids in sorted(by_tenant.items()):
-        for request_id, request_hash, response in await conn.fetch(_DECIDED, tenant, ids):
-            found[(tenant, request_id)] = (request_id, request_hash,
-                                           load(response) if load else response)
+def _element_type(dialect: Dialect, table: Table, name: str) -> str:
+    key = (id(dialect), table.name, name)
+    found = _TYPES.get(key)
+    if found is None:
+        compiled = table.columns[name].type.compile(dialect=dialect)
+        found = _TYPES[key] = re.sub(r"\(\d+(, *\d+)?\)", "", compiled)
     return found
 
 
-async def contracted(conn: asyncpg.Connection, pairs: set[tuple[str, str]]
-                     ) -> set[tuple[str, str]]:
-    """``contracts.contracted``: which ``(tenant, run_id)`` pairs have a run contract."""
-    rows = await conn.fetch(_CONTRACTED, sorted({run_id for _, run_id in pairs}))
-    return {(tenant, run_id) for tenant, run_id in rows} & pairs
+def _unnest(dialect: Dialect, table: Table, keys: tuple[str, ...], first: int) -> str:
+    """``INSERT INTO table (keys) SELECT * FROM unnest($first::…[], …)``."""
+    arrays = ", ".join(f"${i}::{_element_type(dialect, table, k)}[]"
+                       for i, k in enumerate(keys, first))
+    return f"INSERT INTO {table.name} ({', '.join(keys)}) SELECT * FROM unnest({arrays})"
 
 
-async def rejected_calls(conn: asyncpg.Connection, calls: set[tuple[str, str, str, str]]
-                         ) -> set[tuple[str, str, str, str]]:
-    """``rejections.rejected_calls``: which ``(tenant, run_id, tool, args_hash)`` calls
-    have a standing (not withdrawn) rejection."""
-    rows = await conn.fetch(_REJECTED, sorted({c[0] for c in calls}),
-                            sorted({c[1] for c in calls}))
-    return {(t, r, tool, h) for t, r, tool, h in rows} & calls
+def _columns(dialect: Dialect, table: Table, rows: Sequence[dict[str, Any]]
+             ) -> tuple[tuple[str, ...], list[list[Any]]]:
+    """The rows' keys and one list per column, values through the dialect's bind
+    processors (:func:`cosigner.db.raw_insert.sqlite_rows` with the PostgreSQL dialect)."""
+    _, params = sqlite_rows(dialect, table, rows)
+    return tuple(rows[0]), [list(column) for column in zip(*params, strict=True)]
+
+
+async def insert_tables(conn: asyncpg.Connection, dialect: Dialect,
+                        groups: Sequence[tuple[Table, Sequence[dict[str, Any]]]]) -> None:
+    """``INSERT`` every group's rows (each row with its group's first row's keys; groups
+    in order, parents first) in one statement. Raises asyncpg's errors (mapped by
+    :meth:`PgLink.transaction`)."""
+    groups = [(table, rows) for table, rows in groups if rows]
+    if not groups:
+        return
+    parts: list[str] = []
+    args: list[Any] = []
+    for table, rows in groups:
+        keys, columns = _columns(dialect, table, rows)
+        parts.append(_unnest(dialect, table, keys, len(args) + 1))
+        args.extend(columns)
+    if len(parts) == 1:
+        sql = parts[0]
+    else:
+        ctes = ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts[:-1]))
+        sql = f"WITH {ctes} {parts[-1]}"
+    await conn.execute(sql, *args)
+
+
+# -- the guard's reads (pdp.decision_log_writer's confirm), one statement ---------------
+
+_GUARD = (
+    "SELECT 'd', d.tenant, d.request_id, d.request_hash, NULL::varchar, d.response "
+    "FROM decisions d WHERE d.tenant = ANY($1::varchar[]) "
+    "AND d.request_id = ANY($2::varchar[]) "
+    "UNION ALL SELECT 'c', tenant, run_id, NULL, NULL, NULL FROM runs "
+    "WHERE run_id = ANY($3::varchar[]) "
+    "UNION ALL SELECT 'r', tenant, run_id, tool, args_hash, NULL FROM approvals "
+    "WHERE tenant = ANY($4::varchar[]) AND run_id = ANY($5::varchar[]) "
+    "AND status = 'rejected' AND withdrawn_at IS NULL")
+
+
+class GuardReads(NamedTuple):
+    """What :func:`guard_reads` found (the answers of ``pdp._decided``,
+    ``contracts.contracted`` and ``rejections.rejected_calls``)."""
+
+    #: ``{(tenant, request_id): (request_id, request_hash, response)}`` already decided.
+    decided: dict[tuple[str, str], tuple[Any, ...]]
+    #: The ``(tenant, run_id)`` pairs that have a run contract.
+    contracted: set[tuple[str, str]]
+    #: The ``(tenant, run_id, tool, args_hash)`` calls with a standing rejection.
+    rejected: set[tuple[str, str, str, str]]
+
+
+async def guard_reads(conn: asyncpg.Connection, dialect: Dialect,
+                      requests: set[tuple[str, str]], pairs: set[tuple[str, str]],
+                      calls: set[tuple[str, str, str, str]]) -> GuardReads:
+    """The batch guard's three reads in one statement (each an index search: the unique
+    ``(tenant, request_id)`` key, ``runs``' key, the standing-rejection index)."""
+    load = decisions.c.response.type.dialect_impl(dialect).result_processor(dialect, None)
+    rows = await conn.fetch(
+        _GUARD, sorted({t for t, _ in requests}), sorted({r for _, r in requests}),
+        sorted({run_id for _, run_id in pairs}), sorted({c[0] for c in calls}),
+        sorted({c[1] for c in calls}))
+    found = GuardReads({}, set(), set())
+    for kind, a, b, c, d, response in rows:
+        if kind == "d":
+            if (a, b) in requests:
+                found.decided[(a, b)] = (b, c, load(response) if load else response)
+        elif kind == "c":
+            found.contracted.add((a, b))
+        else:
+            found.rejected.add((a, b, c, d))
+    found.contracted.intersection_update(pairs)
+    found.rejected.intersection_update(calls)
+    return found
 
 
 # -- the chain head (audit.chain.append_pg) ---------------------------------------------
@@ -272,7 +311,6 @@ async def rejected_calls(conn: asyncpg.Connection, calls: set[tuple[str, str, st
 _HEAD = "SELECT seq, hash FROM audit_heads WHERE tenant = $1 FOR UPDATE"
 _NEW_HEAD = ("INSERT INTO audit_heads (tenant, seq, hash) VALUES ($1, 0, $2) "
              "ON CONFLICT (tenant) DO NOTHING")
-_MOVE_HEAD = "UPDATE audit_heads SET seq = $1, hash = $2 WHERE tenant = $3"
 
 
 async def lock_head(conn: asyncpg.Connection, tenant: str, genesis: str) -> tuple[int, str]:
@@ -286,6 +324,15 @@ async def lock_head(conn: asyncpg.Connection, tenant: str, genesis: str) -> tupl
     return int(row[0]), str(row[1])
 
 
-async def move_head(conn: asyncpg.Connection, tenant: str, seq: int, digest: str) -> None:
-    """Set ``tenant``'s (locked) head to ``(seq, digest)``."""
-    await conn.execute(_MOVE_HEAD, seq, digest, tenant)
+async def extend_chain(conn: asyncpg.Connection, dialect: Dialect, events: Table,
+                       tenant: str, rows: Sequence[dict[str, Any]], seq: int,
+                       digest: str) -> None:
+    """Insert the event ``rows`` and move ``tenant``'s (locked) head to ``(seq, digest)``,
+    in one statement."""
+    move = "UPDATE audit_heads SET seq = $1, hash = $2 WHERE tenant = $3"
+    if not rows:
+        await conn.execute(move, seq, digest, tenant)
+        return
+    keys, columns = _columns(dialect, events, rows)
+    sql = f"WITH e AS ({_unnest(dialect, events, keys, 4)}) {move}"
+    await conn.execute(sql, seq, digest, tenant, *columns)

@@ -124,11 +124,12 @@ def decision_log_writer(db: Database, settings: Settings,
     async def confirm_pg(conn: Any, dialect: Dialect, written: list[Write]
                          ) -> dict[int, CosignerError]:
         assumed, runs, calls, requests = _assumptions(written)
-        decided = await raw_pg.decided(conn, dialect, requests) if requests else {}
+        if not (requests or runs or calls):
+            return {}
+        found = await raw_pg.guard_reads(conn, dialect, requests, runs, calls)
         return _refusals(
-            assumed, {key: guard_sql.Decided(*row) for key, row in decided.items()},
-            await raw_pg.contracted(conn, runs) if runs else set(),
-            await raw_pg.rejected_calls(conn, calls) if calls else set())
+            assumed, {key: guard_sql.Decided(*row) for key, row in found.decided.items()},
+            found.contracted, found.rejected)
 
     return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=confirm,
                                            raw=RawHooks(confirm_raw, chain_events_raw),

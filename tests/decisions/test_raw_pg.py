@@ -62,20 +62,24 @@ async def test_raw_pg_guard_reads_equal_sqlalchemy(harness: Any, tenant: str) ->
             dialect = conn.dialect
             requests = {(tenant, f"req-{i}") for i in range(5)} | {(other, "req-0")}
             want = await pdp._decided(conn, requests)
-            got = await raw_pg.decided(pg, dialect, requests)
-            assert set(got) == set(want) == {(tenant, f"req-{i}") for i in range(3)}
-            for key, row in want.items():
-                assert got[key][1:] == (row.request_hash, dict(row.response))
             pairs = {(tenant, r1), (tenant, r2), (other, r2), (other, r1), (tenant, "x")}
-            assert await raw_pg.contracted(pg, pairs) == await contracts.contracted(conn,
-                                                                                    pairs)
-            assert await raw_pg.contracted(pg, pairs) == {(tenant, r1), (other, r2)}
             calls = {(t, r, "issue_refund", f"sha256:{i:064x}")
                      for i in range(6) for t in (tenant, other) for r in (r1, r2, "r3")}
+            got = await raw_pg.guard_reads(pg, dialect, requests, pairs, calls)
+            assert set(got.decided) == set(want) == {(tenant, f"req-{i}") for i in range(3)}
+            for key, row in want.items():
+                assert got.decided[key] == (key[1], row.request_hash, dict(row.response))
+            assert got.contracted == await contracts.contracted(conn, pairs)
+            assert got.contracted == {(tenant, r1), (other, r2)}
             want_calls = await rejections.rejected_calls(conn, calls)
-            assert await raw_pg.rejected_calls(pg, calls) == want_calls
+            assert got.rejected == want_calls
             assert want_calls == {(tenant, r1, "issue_refund", f"sha256:{0:064x}"),
                                   (other, r2, "issue_refund", f"sha256:{3:064x}")}
+            # Nothing asked, nothing found; one kind asked alone.
+            assert await raw_pg.guard_reads(pg, dialect, set(), set(), set()) == (
+                {}, set(), set())
+            alone = await raw_pg.guard_reads(pg, dialect, set(), pairs, set())
+            assert alone == ({}, {(tenant, r1), (other, r2)}, set())
     finally:
         await link.close()
 
@@ -174,21 +178,21 @@ async def test_a_refused_row_fails_alone_after_a_redo(harness: Any, tenant: str,
 async def test_a_lost_connection_answers_503_keeps_nothing_and_reconnects(
         harness: Any, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     headers = await harness.headers(tenant, "runtime")
-    original = raw_pg.contracted
+    original = raw_pg.guard_reads
     before = await _kept(harness, tenant)  # the key's creation event
 
-    async def killed(conn: Any, pairs: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    async def killed(conn: Any, *args: Any) -> Any:
         await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
         raise AssertionError("unreachable")
 
-    monkeypatch.setattr(raw_pg, "contracted", killed)
+    monkeypatch.setattr(raw_pg, "guard_reads", killed)
     answers = await asyncio.gather(*(harness.client.post(
         "/v1/decisions", headers=headers, json=decision_request(request_id=f"r-{i}"))
         for i in range(6)))
     assert {a.status_code for a in answers} == {503}
     assert {a.json()["code"] for a in answers} == {"storage_unavailable"}
     assert await _kept(harness, tenant) == before == ([], 1)
-    monkeypatch.setattr(raw_pg, "contracted", original)
+    monkeypatch.setattr(raw_pg, "guard_reads", original)
     ok = await harness.client.post("/v1/decisions", headers=headers,
                                    json=decision_request(request_id="r-0"))
     assert ok.status_code == 200, ok.text
