@@ -42,6 +42,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.core.errors import CosignerError, Unavailable
+from cosigner.db import raw_pg
 from cosigner.db.database import (
     RETRYABLE_SQLSTATES,
     Database,
@@ -50,7 +51,6 @@ from cosigner.db.database import (
     _short,
 )
 from cosigner.db.raw_insert import insert_many, sqlite_many, sqlite_rows
-from cosigner.db.raw_pg import PgLink, insert_tables
 from cosigner.db.raw_transaction import raw_transaction
 
 log = logging.getLogger("cosigner.db.batch")
@@ -114,7 +114,7 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
     hooks, a batch of prepared writes only on a file SQLite database runs on the driver;
     with ``pg`` hooks, on PostgreSQL through asyncpg, on the runner's own connection (the
     optimistic bulk attempt; a redo item by item takes the SQLAlchemy path)."""
-    link = PgLink(db) if pg is not None and not db.is_sqlite else None
+    link = raw_pg.PgLink(db) if pg is not None and not db.is_sqlite else None
 
     async def run_batch(items: list[Item]) -> list[Any]:
         bulk, aborted = True, 0
@@ -227,7 +227,7 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
         async with link.transaction() as conn:
             refused = await pg.guard(conn, dialect, items) if guard is not None else {}
             outcomes, done = _split(items, refused)
-            await insert_tables(conn, dialect, [  # one statement; parents before children
+            await raw_pg.insert_tables(conn, dialect, [  # one statement, parents first
                 (table, same) for table, rows in _by_table(done).items()
                 for same in _same_keys(rows)])
             await pg.finish(conn, dialect, done)

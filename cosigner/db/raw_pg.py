@@ -5,24 +5,45 @@ hop and a pool check-out (with its pre-ping round trip) around every statement; 
 PostgreSQL that was most of an allow decision's server CPU. A batch of prepared writes
 (:class:`cosigner.db.batch.Write`) runs here instead, on the committer's own asyncpg
 connection (:class:`PgLink`, opened from the engine's URL with the dialect's own connect
-arguments): ``BEGIN``, the guard's reads, one ``executemany`` per table and key set, the
-chain heads (``SELECT … FOR UPDATE`` in sorted tenant order, after every other write, so
-the lock is held for the events, the head update and the ``COMMIT`` only), ``COMMIT``.
-The same statements, rows and lock order as the SQLAlchemy path; a redo item by item
-still takes that path (:func:`cosigner.db.batch.savepoint_runner`).
+arguments), in seven round trips:
 
-Every SQL text the raw PostgreSQL path sends is in this module (the table layout lives in
-:mod:`cosigner.db.tables`; inserts are built from it and the rows' keys). Values go
-through the bind processors SQLAlchemy's asyncpg dialect applies (JSON text, compressed
-columns), so rows written either way are identical; asyncpg's own codecs then take
-them (``json``: text, as SQLAlchemy's codec; ``timestamptz``: aware datetimes).
+1. ``BEGIN`` (this transaction's ``synchronous_commit`` off, see below);
+2. the guard's three reads, one statement (:func:`guard_reads`);
+3. every row of every table, one ``INSERT … SELECT * FROM unnest(…)`` statement
+   (:func:`insert_tables`);
+4. per tenant in sorted order, after every other write: the chain head
+   ``SELECT … FOR UPDATE`` (:func:`lock_head`), then
+5. the events and the head move, one statement (:func:`extend_chain`);
+6. ``COMMIT``: the head row locks are released here;
+7. a synchronous flush (:data:`_FLUSH`): only when it returns is the batch on disk and
+   acknowledged.
+
+Why 6 and 7 are apart: every batch of a tenant, on every replica, locks that tenant's
+chain head. Under a synchronous ``COMMIT`` PostgreSQL keeps the row lock until the WAL
+is flushed, so the replicas' batches queued one fsync after another (4–12 ms each on
+this machine: a request waited for about two). Committed with ``synchronous_commit``
+off, the lock goes at ``COMMIT`` and the other replica's batch extends the chain while
+this one's WAL is flushed; the flush transaction commits under the server's own setting
+and its commit record lies after the batch's in the WAL, so when it returns the batch is
+as durable (disk, synchronous standbys) as a synchronous ``COMMIT`` would have made it.
+Nothing is acknowledged before (DESIGN invariant 2). Between 6 and 7 another session may
+read the batch's rows; anything it commits lies later in the WAL, so it cannot become
+durable without them.
+
+The same rows, lock order and redo semantics as the SQLAlchemy path; a redo item by item
+takes that path (:func:`cosigner.db.batch.savepoint_runner`). Every SQL text the raw
+PostgreSQL path sends is in this module; inserts are built from the table metadata
+(:mod:`cosigner.db.tables`) and the rows' keys, values through the bind processors of
+SQLAlchemy's asyncpg dialect (JSON text, compressed columns), so rows written either way
+are identical (tests/decisions/test_raw_pg.py).
 
 Errors are mapped as :meth:`cosigner.db.database.Database.transaction` maps SQLAlchemy's:
 a unique key → :class:`UniqueViolation` (the batch is redone item by item), a deadlock or
 serialization failure → :class:`TransientConflict` (run again), any other database error
 → :class:`Unavailable` whose ``__cause__`` is the SQLAlchemy ``DBAPIError`` subclass
 SQLAlchemy would have raised (``OperationalError`` for a lost connection: an outage, 503
-at once; ``DataError`` …: one item's value, redo item by item).
+at once; ``DataError`` …: one item's value, redo item by item). A failed flush is an
+outage (503; the batch may be on disk, like a COMMIT whose answer was lost).
 """
 
 from __future__ import annotations

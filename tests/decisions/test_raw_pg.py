@@ -197,3 +197,50 @@ async def test_a_lost_connection_answers_503_keeps_nothing_and_reconnects(
                                    json=decision_request(request_id="r-0"))
     assert ok.status_code == 200, ok.text
     assert len((await _kept(harness, tenant))[0]) == 1
+
+
+async def test_rows_written_raw_equal_rows_written_by_core(
+        harness: Any, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows of real allow and deny decisions, as stored by the raw batch, byte for
+    byte equal the same rows inserted by SQLAlchemy Core (keys renamed), every column."""
+    import asyncpg
+
+    captured: list[Any] = []
+    original = raw_pg.insert_tables
+
+    async def capture(conn: Any, dialect: Any, groups: Any) -> None:
+        captured.extend(groups)
+        await original(conn, dialect, groups)
+
+    monkeypatch.setattr(raw_pg, "insert_tables", capture)
+    headers = await harness.headers(tenant, "runtime")
+    for i, amount in enumerate((5000, 250000)):
+        body = decision_request(request_id=f"req-{i}")
+        body["args"]["amount_minor"] = amount
+        assert (await harness.client.post("/v1/decisions", headers=headers,
+                                          json=body)).status_code == 200
+    tables = {table.name for table, _ in captured}
+    assert tables == {"decisions", "permits", "call_inputs"}
+    keys = {"decisions": "id", "permits": "jti", "call_inputs": "decision_id"}
+    copies = [(table, [{**row, keys[table.name]: row[keys[table.name]][:30] + "-core",
+                        **({"request_id": row["request_id"] + "-core"}
+                           if table.name == "decisions" else {})} for row in rows])
+              for table, rows in captured]
+    async with harness.db.transaction() as conn:
+        for table, rows in copies:
+            await conn.execute(table.insert(), rows)
+    dsn = harness.settings.database_url.replace("postgresql+asyncpg://", "postgresql://")
+    pg = await asyncpg.connect(dsn)
+    try:
+        for table, rows in captured:
+            key = keys[table.name]
+            for row in rows:
+                raw = await pg.fetchrow(f"SELECT * FROM {table.name} WHERE {key} = $1",
+                                        row[key])
+                core = await pg.fetchrow(f"SELECT * FROM {table.name} WHERE {key} = $1",
+                                         row[key][:30] + "-core")
+                assert raw is not None and core is not None
+                differ = {name for name in raw.keys() if raw[name] != core[name]}
+                assert differ <= {key, "request_id"}, (table.name, differ)
+    finally:
+        await pg.close()
