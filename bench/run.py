@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import table  # noqa: E402
-from bench.servers import ROOT, SetupError, ensure_wrk  # noqa: E402
+from bench.servers import ROOT, CosignerDeployment, SetupError, ensure_wrk, pg_cpu_delta  # noqa: E402,E501
 from bench.systems import Skip, System, selected  # noqa: E402
 from bench.wrkrun import Result, run_wrk  # noqa: E402
 
@@ -71,7 +71,8 @@ def check(system: System, seconds: float) -> None:
 def measure(system: System, round_no: int, seconds: float,
             check_seconds: float) -> dict[int, tuple[Result, float, str]]:
     """Start the system, verify it, run its cells, read RSS, stop it.
-    Returns {connections: (result, server CPU s, note)} and sets ``system.rss_mb``."""
+    Returns {connections: (result, server CPU s, note)} and sets ``system.rss_mb`` and,
+    on PostgreSQL, ``system.pg_cpu_s`` ({connections: postgres CPU s})."""
     dep, work = system.deployment, system.workload
     cells: dict[int, tuple[Result, float, str]] = {}
     dep.start()
@@ -84,11 +85,16 @@ def measure(system: System, round_no: int, seconds: float,
         for conc in CONCURRENCY:
             tag = f"r{round_no}c{conc}{uuid.uuid4().hex[:6]}"
             base = work.args(dep, tag, conc, seconds)
+            pg = isinstance(dep, CosignerDeployment) and dep.pg_name is not None
+            pg0 = dep.pg_cpu() if pg else {}
             cpu0 = dep.cpu_s()
             res = run_wrk(dep.urls, work.script, connections=conc, seconds=seconds,
                           args=lambda i, base=base: work.per_url(base, i),
                           env=work.env(dep))
             cpu = dep.cpu_s() - cpu0
+            if pg:
+                system.pg_cpu_s.setdefault(conc, []).append(
+                    (pg_cpu_delta(pg0, dep.pg_cpu()), res.requests))
             cells[conc] = (res, cpu, work.after_cell(conc, res.rps, res.requests))
             print(f"  {system.name:12} c={conc:<3} {res.rps:9.0f} req/s  "
                   f"p50 {res.p50_ms:7.2f} ms  p99 {res.p99_ms:8.2f} ms  "

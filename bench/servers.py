@@ -214,6 +214,14 @@ class CosignerDeployment(Deployment):
                                   self.workdir / f"cosigner{i}.log")
                           for i in range(self.count)]
 
+    def pg_cpu(self) -> dict[int, float]:
+        """CPU seconds so far of each PostgreSQL process working for this deployment:
+        the backends connected to its database plus the cluster's shared helpers (WAL
+        writer, checkpointer, background writer), by pid; ``{}`` on SQLite."""
+        if not self.pg_name:
+            return {}
+        return pg_cpu(self.pg_name)
+
     def cleanup(self) -> None:
         super().cleanup()
         if self.pg_name:
@@ -258,6 +266,31 @@ def pg_admin(sql: str) -> None:
     if shutil.which("psql") is None:
         raise SetupError("psql not found")
     run(["psql", PG_ADMIN, "-v", "ON_ERROR_STOP=1", "-qc", sql])
+
+
+def pg_cpu(database: str) -> dict[int, float]:
+    """utime + stime (s) by pid of ``database``'s backends and the cluster's auxiliary
+    processes (pg_stat_activity; /proc/<pid>/stat). A backend that exits meanwhile is
+    missed, so compare two calls pid by pid (:func:`pg_cpu_delta`)."""
+    out = run(["psql", PG_ADMIN, "-AXtc",
+               "SELECT pid FROM pg_stat_activity WHERE datname = "
+               f"'{database}' OR backend_type IN ('walwriter', 'checkpointer', "
+               "'background writer')"])
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu: dict[int, float] = {}
+    for line in out.split():
+        try:
+            fields = Path(f"/proc/{int(line)}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            continue
+        cpu[int(line)] = (int(fields[11]) + int(fields[12])) / ticks
+    return cpu
+
+
+def pg_cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two :func:`pg_cpu` samples (a pid new in ``after``
+    counts from zero)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 def ensure_postgres() -> None:

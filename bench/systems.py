@@ -243,6 +243,8 @@ class System:
     failed: str | None = None
     notes: list[str] = field(default_factory=list)
     rss_mb: float = 0.0
+    #: PostgreSQL systems: {connections: [(postgres CPU s, requests) per round]}.
+    pg_cpu_s: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
 
 
 def rego_tenant() -> tuple[str | None, str]:

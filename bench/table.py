@@ -62,6 +62,10 @@ def rows(systems: list[System], results: dict[str, dict[int, Cells]],
                 "notes": notes,
             })
     for row in out:
+        system = next(s for s in systems if s.name == row["system"])
+        pg = [cpu / n * 1e6 for cpu, n in system.pg_cpu_s.get(row["concurrency"], []) if n]
+        if pg:
+            row["pg_cpu_us_per_req"] = mean(pg)
         if row["system"].startswith(("allow-py", "allow-rego")) and "peer" in results:
             row["vs_peer"] = _ratio(results, row["system"], "peer", row["concurrency"])
     return out
@@ -97,6 +101,12 @@ def _peer_version() -> str:
     return done.stdout.strip() or "not installed"
 
 
+def _pg(row: dict[str, Any]) -> str:
+    """`` + N pg`` (postgres CPU µs/req) beside the server CPU of a PostgreSQL system."""
+    us = row.get("pg_cpu_us_per_req")
+    return "" if us is None else f" + {us:,.0f} pg"
+
+
 def render(rows: list[dict[str, Any]], systems: list[System], started: dt.datetime,
            args: argparse.Namespace) -> str:
     lines = [
@@ -109,7 +119,7 @@ def render(rows: list[dict[str, Any]], systems: list[System], started: dt.dateti
         f"--rounds {args.rounds}" + (f" --only {args.only}" if args.only else "") + "`",
         "",
         "| system | conc | req/s | p50 ms | p99 ms | × floor | RSS MB | server CPU µs/req "
-        "| req/s by round | errors / notes |",
+        "(+ postgres) | req/s by round | errors / notes |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
@@ -123,7 +133,7 @@ def render(rows: list[dict[str, Any]], systems: list[System], started: dt.dateti
         lines.append(
             f"| {row['system']} | {row['concurrency']} | {row['rps']:,.0f} | "
             f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {ratio} | {row['rss_mb']:.0f} | "
-            f"{row['cpu_us_per_req']:,.0f} | {' / '.join(map(str, row['rps_rounds']))} | "
+            f"{row['cpu_us_per_req']:,.0f}{_pg(row)} | {' / '.join(map(str, row['rps_rounds']))} | "
             f"{status} |")
     versus = [f"{r['system']} c={r['concurrency']}: {r['vs_peer']:.2f}× the peer"
               for r in rows if r.get("vs_peer") is not None]

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.audit.masking import mask_with_paths
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.core.clock import isoformat
+from cosigner.db import raw_pg
 from cosigner.db.raw_insert import (
     insert_many,
     raw_sqlite,
@@ -166,6 +167,19 @@ def append_raw(raw: sqlite3.Connection, dialect: Dialect, tenant: str, events: l
         seq, prev = stored[-1]["seq"], stored[-1]["hash"]
         sqlite_many(raw, *sqlite_rows(dialect, audit_events, rows))
     sqlite_query(raw, _RAW_MOVE_HEAD, (seq, prev, tenant))
+    return stored
+
+
+async def append_pg(conn: Any, dialect: Dialect, tenant: str, events: list[Event],
+                    *, now: datetime) -> list[dict[str, Any]]:
+    """:func:`append` on a PostgreSQL batch's own asyncpg connection
+    (:mod:`cosigner.db.raw_pg`: the head locked ``FOR UPDATE``, created at genesis; the
+    events' rows and the head moved in one statement)."""
+    seq, prev = await raw_pg.lock_head(conn, tenant, GENESIS)
+    stored, rows = _chain(tenant, events, seq, prev, now)
+    if stored:
+        seq, prev = stored[-1]["seq"], stored[-1]["hash"]
+    await raw_pg.extend_chain(conn, dialect, audit_events, tenant, rows, seq, prev)
     return stored
 
 

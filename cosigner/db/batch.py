@@ -37,12 +37,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.core.errors import CosignerError, Unavailable
+from cosigner.db import raw_pg
 from cosigner.db.database import (
     RETRYABLE_SQLSTATES,
     Database,
@@ -118,14 +120,27 @@ class RawHooks:
     finish: Callable[[sqlite3.Connection, Dialect, list[Write]], None]
 
 
+@dataclass(frozen=True, slots=True)
+class PgHooks:
+    """``guard`` and ``finish`` on a PostgreSQL batch's own asyncpg connection (same reads
+    and writes as their SQLAlchemy twins), for batches of prepared :class:`Write` s only
+    (:mod:`cosigner.db.raw_pg`)."""
+
+    guard: Callable[[asyncpg.Connection, Dialect, list[Write]],
+                    Awaitable[dict[int, CosignerError]]]
+    finish: Callable[[asyncpg.Connection, Dialect, list[Write]], Awaitable[None]]
+
+
 def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None,
-                     raw: RawHooks | None = None
+                     raw: RawHooks | None = None, pg: PgHooks | None = None
                      ) -> Callable[[list[Item]], Awaitable[list[Any]]]:
     """A ``run_batch`` for :class:`GroupCommitter` over :data:`Item` s. With ``raw``
     hooks, a batch of prepared writes and :class:`RawWork` s only, on a file SQLite
-    database, runs on the driver (the optimistic bulk attempt; a redo item by item takes
-    the SQLAlchemy path, and so does the batch when a ``raw`` raises
-    :class:`NeedsCore`)."""
+    database, runs on the driver; with ``pg`` hooks, a batch of prepared writes only on
+    PostgreSQL runs through asyncpg, on the runner's own connection (the optimistic bulk
+    attempt; a redo item by item takes the SQLAlchemy path, and so does a SQLite batch
+    when a ``raw`` raises :class:`NeedsCore`)."""
+    link = raw_pg.PgLink(db) if pg is not None and not db.is_sqlite else None
 
     async def run_batch(items: list[Item]) -> list[Any]:
         bulk, aborted = True, 0
@@ -139,6 +154,9 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
                         outcomes = None  # rolled back: the SQLAlchemy path decides
                     if outcomes is not None:
                         return outcomes
+                if bulk and link is not None and link.enabled and all(
+                        type(item) is Write for item in items):
+                    return await _run_pg(items)  # type: ignore[arg-type]
                 return await _run(items, bulk=bulk)
             except (UniqueViolation, _RedoItemByItem):
                 if not bulk:
@@ -247,7 +265,36 @@ def savepoint_runner(db: Database, *, finish: Finish, guard: Guard | None = None
             raw.finish(conn, dialect, done)
         return outcomes
 
+    async def _run_pg(items: list[Write]) -> list[Any]:
+        """The bulk attempt of an all-prepared batch on PostgreSQL's asyncpg connection:
+        the guard's reads, the rows, then the chain heads (locked last, in tenant order,
+        so they are held for the events, the head update and the COMMIT only)."""
+        assert pg is not None and link is not None
+        dialect = db.engine.dialect
+        async with link.transaction() as conn:
+            refused = await pg.guard(conn, dialect, items) if guard is not None else {}
+            outcomes, done = _split(items, refused)
+            await raw_pg.insert_tables(conn, dialect, [  # one statement, parents first
+                (table, same) for table, rows in _by_table(done).items()
+                for same in _same_keys(rows)])
+            await pg.finish(conn, dialect, done)
+        return outcomes
+
     return run_batch
+
+
+def _split(items: list[Write], refused: dict[int, CosignerError]
+           ) -> tuple[list[Any], list[Write]]:
+    """``(outcomes, writes to insert)``: the guard's refusals in place, the rest as is."""
+    outcomes: list[Any] = []
+    done: list[Write] = []
+    for index, item in enumerate(items):
+        if index in refused:
+            outcomes.append(refused[index])
+        else:
+            outcomes.append(item)
+            done.append(item)
+    return outcomes, done
 
 
 def _by_table(writes: list[Write]) -> dict[Table, list[dict[str, Any]]]:

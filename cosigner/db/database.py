@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -72,6 +72,9 @@ class Database:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         self._busy_timeout_ms = busy_timeout_ms
+        #: Closers of connections opened beside the engine (cosigner.db.raw_pg), run by
+        #: :meth:`dispose`.
+        self.on_dispose: list[Callable[[], Awaitable[None]]] = []
         self._write_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
                                                      asyncio.Lock] = weakref.WeakKeyDictionary()
         if not self.is_sqlite:
@@ -181,6 +184,8 @@ class Database:
 
     async def dispose(self) -> None:
         close_reader(self)  # the raw read connection (cosigner.db.raw_sql), if opened
+        for close in self.on_dispose:
+            await close()
         await self.engine.dispose()
         if self.bulk_engine is not self.engine:
             await self.bulk_engine.dispose()

@@ -9,9 +9,10 @@ connection and transaction, so atomicity, savepoints and lock order are untouche
 * SQLite (:mod:`cosigner.db.sqlite_inline`): the connection's ``sqlite3.Connection``,
   called on the event-loop thread like every inline statement (only ``COMMIT`` leaves
   the loop, unchanged).
-* PostgreSQL (asyncpg): asyncpg's ``executemany`` through SQLAlchemy's adapter cursor
-  (its mutex, its transaction, its error translation).
-* plain aiosqlite (``:memory:``): SQLAlchemy Core, as before.
+* PostgreSQL and plain aiosqlite (``:memory:``): SQLAlchemy Core's executemany (on
+  asyncpg, the adapter runs asyncpg's ``executemany`` under its mutex and transaction).
+  The allow batch on PostgreSQL does not come here: it runs on asyncpg itself
+  (:mod:`cosigner.db.raw_pg`).
 
 Values go through the same bind processors SQLAlchemy would apply (the engine's dialect:
 ``DateTime`` text on SQLite, the engine's ``json_serializer`` for JSON columns), so rows
@@ -120,9 +121,6 @@ async def insert_many(conn: AsyncConnection, table: Table,
     if any(row.keys() != first for row in rows):
         await conn.execute(table.insert(), list(rows))
         return
-    if conn.dialect.name == "postgresql" and conn.dialect.driver == "asyncpg":
-        await _asyncpg_many(conn, table, rows)
-        return
     db = await raw_sqlite(conn)
     if db is None:
         await conn.execute(table.insert(), list(rows))
@@ -147,26 +145,3 @@ def sqlite_query(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()
         return db.execute(sql, params).fetchall()
     except sqlite3.Error as exc:
         raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
-
-
-async def _asyncpg_many(conn: AsyncConnection, table: Table,
-                        rows: Sequence[dict[str, Any]]) -> None:
-    """asyncpg's own ``executemany`` (one prepared statement, pipelined rows) through
-    SQLAlchemy's asyncpg adapter cursor: it holds the adapter's execute mutex, opens the
-    adapter's transaction if none is open yet, and translates asyncpg errors (with their
-    ``sqlstate``) the way every other statement's are."""
-    sql, params = sqlite_rows(conn.dialect, table, rows)
-    sql = _numbered(sql)
-    raw = await conn.get_raw_connection()
-    cursor = raw.dbapi_connection.cursor()  # type: ignore[union-attr]
-    dbapi = conn.dialect.loaded_dbapi
-    try:
-        await cursor._executemany(sql, params)  # noqa: SLF001 - the adapter's coroutine
-    except dbapi.Error as exc:
-        raise DBAPIError.instance(sql, None, exc, dbapi.Error) from exc
-
-
-def _numbered(sql: str) -> str:
-    """``VALUES (?, ?, …)`` → ``VALUES ($1, $2, …)`` (the SQL holds no other ``?``)."""
-    parts = sql.split("?")
-    return "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1)) + parts[-1]

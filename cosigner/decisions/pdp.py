@@ -24,7 +24,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import rejections
-from cosigner.audit.chain import Event, append, append_raw
+from cosigner.audit.chain import Event, append, append_pg, append_raw
 from cosigner.context import AppContext
 from cosigner.core import logs, tracing
 from cosigner.core.canonical import args_hash as compute_args_hash
@@ -36,7 +36,8 @@ from cosigner.core.load import Shedding
 from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
 from cosigner.core.settings import Settings
-from cosigner.db.batch import Item, RawHooks, Write, savepoint_runner
+from cosigner.db import raw_pg
+from cosigner.db.batch import Item, PgHooks, RawHooks, Write, savepoint_runner
 from cosigner.db.database import Database, UniqueViolation
 from cosigner.db.group_commit import GroupCommitter
 from cosigner.db.raw_insert import raw_sqlite
@@ -88,6 +89,13 @@ def decision_log_writer(db: Database, settings: Settings,
             events = by_tenant[tenant]
             append_raw(raw, dialect, tenant, events, now=events[0].time or datetime.now(UTC))
 
+    async def chain_events_pg(conn: Any, dialect: Dialect, written: list[Write]) -> None:
+        by_tenant = _events_by_tenant(written)
+        for tenant in sorted(by_tenant):  # the same global order
+            events = by_tenant[tenant]
+            await append_pg(conn, dialect, tenant, events,
+                            now=events[0].time or datetime.now(UTC))
+
     async def confirm(conn: AsyncConnection, written: list[Write]
                       ) -> dict[int, CosignerError]:
         # Decisions taken without a contract pre-read: confirm under the write lock that
@@ -113,8 +121,19 @@ def decision_log_writer(db: Database, settings: Settings,
             guard_sql.contracted(raw, runs) if runs else set(),
             guard_sql.rejected_calls(raw, calls) if calls else set())
 
+    async def confirm_pg(conn: Any, dialect: Dialect, written: list[Write]
+                         ) -> dict[int, CosignerError]:
+        assumed, runs, calls, requests = _assumptions(written)
+        if not (requests or runs or calls):
+            return {}
+        found = await raw_pg.guard_reads(conn, dialect, requests, runs, calls)
+        return _refusals(
+            assumed, {key: guard_sql.Decided(*row) for key, row in found.decided.items()},
+            found.contracted, found.rejected)
+
     return GroupCommitter(savepoint_runner(db, finish=chain_events, guard=confirm,
-                                           raw=RawHooks(confirm_raw, chain_events_raw)),
+                                           raw=RawHooks(confirm_raw, chain_events_raw),
+                                           pg=PgHooks(confirm_pg, chain_events_pg)),
                           max_batch=settings.log_batch_max,
                           max_wait_s=settings.log_batch_wait_ms / 1000,
                           max_queue=settings.log_queue_max,

@@ -1,0 +1,359 @@
+"""The group-commit allow batch on PostgreSQL through asyncpg itself (issue 20).
+
+SQLAlchemy Core costs an execution context, parameter and result processing, a greenlet
+hop and a pool check-out (with its pre-ping round trip) around every statement; on
+PostgreSQL that was most of an allow decision's server CPU. A batch of prepared writes
+(:class:`cosigner.db.batch.Write`) runs here instead, on the committer's own asyncpg
+connection (:class:`PgLink`, opened from the engine's URL with the dialect's own connect
+arguments), in seven round trips:
+
+1. ``BEGIN`` (this transaction's ``synchronous_commit`` off, see below);
+2. the guard's three reads, one statement (:func:`guard_reads`);
+3. every row of every table, one ``INSERT … SELECT * FROM unnest(…)`` statement
+   (:func:`insert_tables`);
+4. per tenant in sorted order, after every other write: the chain head
+   ``SELECT … FOR UPDATE`` (:func:`lock_head`), then
+5. the events and the head move, one statement (:func:`extend_chain`);
+6. ``COMMIT``: the head row locks are released here;
+7. a synchronous flush (:data:`_FLUSH`): only when it returns is the batch on disk and
+   acknowledged.
+
+Why 6 and 7 are apart: every batch of a tenant, on every replica, locks that tenant's
+chain head. Under a synchronous ``COMMIT`` PostgreSQL keeps the row lock until the WAL
+is flushed, so the replicas' batches queued one fsync after another (4–12 ms each on
+this machine: a request waited for about two). Committed with ``synchronous_commit``
+off, the lock goes at ``COMMIT`` and the other replica's batch extends the chain while
+this one's WAL is flushed; the flush transaction commits under the server's own setting
+and its commit record lies after the batch's in the WAL, so when it returns the batch is
+as durable (disk, synchronous standbys) as a synchronous ``COMMIT`` would have made it.
+Nothing is acknowledged before (DESIGN invariant 2). Between 6 and 7 another session may
+read the batch's rows; anything it commits lies later in the WAL, so it cannot become
+durable without them.
+
+The same rows, lock order and redo semantics as the SQLAlchemy path; a redo item by item
+takes that path (:func:`cosigner.db.batch.savepoint_runner`). Every SQL text the raw
+PostgreSQL path sends is in this module; inserts are built from the table metadata
+(:mod:`cosigner.db.tables`) and the rows' keys, values through the bind processors of
+SQLAlchemy's asyncpg dialect (JSON text, compressed columns), so rows written either way
+are identical (tests/decisions/test_raw_pg.py).
+
+Errors are mapped as :meth:`cosigner.db.database.Database.transaction` maps SQLAlchemy's:
+a unique key → :class:`UniqueViolation` (the batch is redone item by item), a deadlock or
+serialization failure → :class:`TransientConflict` (run again), any other database error
+→ :class:`Unavailable` whose ``__cause__`` is the SQLAlchemy ``DBAPIError`` subclass
+SQLAlchemy would have raised (``OperationalError`` for a lost connection: an outage, 503
+at once; ``DataError`` …: one item's value, redo item by item). A failed flush is an
+outage (503; the batch may be on disk, like a COMMIT whose answer was lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, NamedTuple
+
+import asyncpg
+from sqlalchemy import Table
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Dialect
+
+from cosigner.core.errors import Unavailable
+from cosigner.db.database import (
+    RETRYABLE_SQLSTATES,
+    Database,
+    TransientConflict,
+    UniqueViolation,
+    _short,
+)
+from cosigner.db.raw_insert import sqlite_rows
+from cosigner.db.tables import decisions
+
+log = logging.getLogger("cosigner.db.raw_pg")
+
+#: SQLAlchemy's connect arguments that asyncpg.connect does not take.
+_SQLALCHEMY_ONLY = ("prepared_statement_cache_size", "prepared_statement_name_func",
+                    "async_fallback")
+
+
+class PgLink:
+    """One asyncpg connection of one group committer (one batch at a time), opened on first
+    use from ``db``'s engine URL and connect arguments, reopened after a connection error,
+    closed by :meth:`Database.dispose`."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.conn: asyncpg.Connection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._registered = False
+
+    @property
+    def enabled(self) -> bool:
+        """True when ``db`` is PostgreSQL through asyncpg."""
+        dialect = self.db.engine.dialect
+        return dialect.name == "postgresql" and dialect.driver == "asyncpg"
+
+    async def connect(self) -> asyncpg.Connection:
+        """The open connection, (re)connected when needed.
+
+        Raises:
+            Unavailable ``storage_unavailable``: PostgreSQL cannot be reached.
+        """
+        loop = asyncio.get_running_loop()
+        if self.conn is not None and (self.conn.is_closed() or self._loop is not loop):
+            self._drop()
+        if self.conn is None:
+            engine = self.db.engine
+            cargs, cparams = engine.dialect.create_connect_args(engine.url)
+            for name in _SQLALCHEMY_ONLY:
+                cparams.pop(name, None)
+            try:
+                self.conn = await asyncpg.connect(*cargs, **cparams)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.error("database transaction failed: %s: %s", type(exc).__name__, exc)
+                raise Unavailable("the database is unavailable; nothing was recorded",
+                                  code="storage_unavailable") from exc
+            self._loop = loop
+            if not self._registered:
+                self.db.on_dispose.append(self.close)
+                self._registered = True
+        return self.conn
+
+    def _drop(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
+
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.is_closed():
+            try:
+                await asyncio.wait_for(conn.close(), 5)
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                conn.terminate()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """``BEGIN`` … ``COMMIT`` (rolled back on any exception) on the link's connection.
+
+        Raises, like :meth:`Database.transaction`:
+            UniqueViolation: a unique constraint fired.
+            TransientConflict: PostgreSQL aborted the transaction (deadlock, serialization).
+            Unavailable: any other database failure, the commit included.
+        """
+        conn = await self.connect()
+        try:
+            try:
+                await conn.execute(_BEGIN)
+            except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError):
+                # A connection that died while idle (server restart): once more on a new
+                # one, as the engine's pre-ping would.
+                self._drop()
+                conn = await self.connect()
+                await conn.execute(_BEGIN)
+            try:
+                yield conn
+                await conn.execute("COMMIT")
+            except BaseException:
+                if not conn.is_closed() and conn.is_in_transaction():
+                    try:
+                        await conn.execute("ROLLBACK")
+                    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                        self._drop()
+                raise
+        except asyncpg.UniqueViolationError as exc:
+            raise UniqueViolation.from_db(_sqlalchemy_error(exc)) from exc
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            error = _sqlalchemy_error(exc)
+            if error.connection_invalidated:
+                self._drop()
+            if getattr(exc, "sqlstate", None) in RETRYABLE_SQLSTATES:
+                log.warning("database transaction aborted: %s", _short(error))
+                raise TransientConflict("the transaction was aborted by a lock conflict; "
+                                        "nothing was recorded",
+                                        code="storage_unavailable") from error
+            log.error("database transaction failed: %s", _short(error))
+            raise Unavailable("the database is unavailable; nothing was recorded",
+                              code="storage_unavailable") from error
+        try:
+            await conn.execute(_FLUSH)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            # Committed, perhaps not on disk: never acknowledged; an outage (cause not a
+            # DBAPIError), so the batch is not redone.
+            self._drop()
+            log.error("database flush failed: %s: %s", type(exc).__name__, exc)
+            raise Unavailable("the database could not confirm the write",
+                              code="storage_unavailable") from exc
+
+
+#: The batch commits without waiting for the WAL flush (``synchronous_commit`` off for
+#: this transaction only), so its chain-head row locks are released at COMMIT instead of
+#: after the fsync: the other replica's batch extends the chain meanwhile. Nothing is
+#: acknowledged before :data:`_FLUSH` returns.
+_BEGIN = "BEGIN; SET LOCAL synchronous_commit TO off"
+#: A transaction that writes WAL (a transactional logical message, callable by any role)
+#: and commits under the server's own ``synchronous_commit`` (on): its COMMIT flushes the
+#: WAL up to its commit record, which lies after the batch's, so when it returns the batch
+#: is on disk (and on synchronous standbys) exactly as a synchronous COMMIT would have it.
+#: Flushes of both replicas share fsyncs (PostgreSQL's own group commit).
+_FLUSH = "BEGIN; SELECT pg_logical_emit_message(true, 'cosigner', 'flush'); COMMIT"
+
+
+def _sqlalchemy_error(exc: BaseException) -> sa_exc.DBAPIError:
+    """The SQLAlchemy exception SQLAlchemy's asyncpg adapter would raise for ``exc``
+    (``orig`` is the asyncpg error, with its ``sqlstate``)."""
+    if isinstance(exc, asyncpg.IntegrityConstraintViolationError):
+        cls: type[sa_exc.DBAPIError] = sa_exc.IntegrityError
+    elif isinstance(exc, asyncpg.DataError):
+        cls = sa_exc.DataError
+    elif isinstance(exc, asyncpg.PostgresError) and not isinstance(
+            exc, (asyncpg.PostgresConnectionError, asyncpg.InsufficientResourcesError,
+                  asyncpg.OperatorInterventionError, asyncpg.PostgresSystemError,
+                  asyncpg.TransactionRollbackError)):
+        cls = sa_exc.ProgrammingError
+    else:
+        cls = sa_exc.OperationalError
+    lost = isinstance(exc, (OSError, asyncpg.InterfaceError,
+                            asyncpg.PostgresConnectionError,
+                            asyncpg.OperatorInterventionError))
+    return cls(None, None, exc, connection_invalidated=lost)  # type: ignore[arg-type]
+
+
+# -- inserts ----------------------------------------------------------------------------
+#
+# Rows go in as one array per column (``INSERT … SELECT * FROM unnest($1::t1[], …)``): one
+# statement for all rows of several tables (data-modifying CTEs), one round trip. Array
+# element types carry no length (``varchar``, not ``varchar(36)``): an explicit cast would
+# cut an over-long value silently, the INSERT's assignment cast refuses it as a row insert
+# does (``string_data_right_truncation``, a DataError).
+
+_TYPES: dict[tuple[int, str, str], str] = {}
+
+
+def _element_type(dialect: Dialect, table: Table, name: str) -> str:
+    key = (id(dialect), table.name, name)
+    found = _TYPES.get(key)
+    if found is None:
+        compiled = table.columns[name].type.compile(dialect=dialect)
+        found = _TYPES[key] = re.sub(r"\(\d+(, *\d+)?\)", "", compiled)
+    return found
+
+
+def _unnest(dialect: Dialect, table: Table, keys: tuple[str, ...], first: int) -> str:
+    """``INSERT INTO table (keys) SELECT * FROM unnest($first::…[], …)``."""
+    arrays = ", ".join(f"${i}::{_element_type(dialect, table, k)}[]"
+                       for i, k in enumerate(keys, first))
+    return f"INSERT INTO {table.name} ({', '.join(keys)}) SELECT * FROM unnest({arrays})"
+
+
+def _columns(dialect: Dialect, table: Table, rows: Sequence[dict[str, Any]]
+             ) -> tuple[tuple[str, ...], list[list[Any]]]:
+    """The rows' keys and one list per column, values through the dialect's bind
+    processors (:func:`cosigner.db.raw_insert.sqlite_rows` with the PostgreSQL dialect)."""
+    _, params = sqlite_rows(dialect, table, rows)
+    return tuple(rows[0]), [list(column) for column in zip(*params, strict=True)]
+
+
+async def insert_tables(conn: asyncpg.Connection, dialect: Dialect,
+                        groups: Sequence[tuple[Table, Sequence[dict[str, Any]]]]) -> None:
+    """``INSERT`` every group's rows (each row with its group's first row's keys; groups
+    in order, parents first) in one statement. Raises asyncpg's errors (mapped by
+    :meth:`PgLink.transaction`)."""
+    groups = [(table, rows) for table, rows in groups if rows]
+    if not groups:
+        return
+    parts: list[str] = []
+    args: list[Any] = []
+    for table, rows in groups:
+        keys, columns = _columns(dialect, table, rows)
+        parts.append(_unnest(dialect, table, keys, len(args) + 1))
+        args.extend(columns)
+    if len(parts) == 1:
+        sql = parts[0]
+    else:
+        ctes = ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts[:-1]))
+        sql = f"WITH {ctes} {parts[-1]}"
+    await conn.execute(sql, *args)
+
+
+# -- the guard's reads (pdp.decision_log_writer's confirm), one statement ---------------
+
+_GUARD = (
+    "SELECT 'd', d.tenant, d.request_id, d.request_hash, NULL::varchar, d.response "
+    "FROM decisions d WHERE d.tenant = ANY($1::varchar[]) "
+    "AND d.request_id = ANY($2::varchar[]) "
+    "UNION ALL SELECT 'c', tenant, run_id, NULL, NULL, NULL FROM runs "
+    "WHERE run_id = ANY($3::varchar[]) "
+    "UNION ALL SELECT 'r', tenant, run_id, tool, args_hash, NULL FROM approvals "
+    "WHERE tenant = ANY($4::varchar[]) AND run_id = ANY($5::varchar[]) "
+    "AND status = 'rejected' AND withdrawn_at IS NULL")
+
+
+class GuardReads(NamedTuple):
+    """What :func:`guard_reads` found (the answers of ``pdp._decided``,
+    ``contracts.contracted`` and ``rejections.rejected_calls``)."""
+
+    #: ``{(tenant, request_id): (request_id, request_hash, response)}`` already decided.
+    decided: dict[tuple[str, str], tuple[Any, ...]]
+    #: The ``(tenant, run_id)`` pairs that have a run contract.
+    contracted: set[tuple[str, str]]
+    #: The ``(tenant, run_id, tool, args_hash)`` calls with a standing rejection.
+    rejected: set[tuple[str, str, str, str]]
+
+
+async def guard_reads(conn: asyncpg.Connection, dialect: Dialect,
+                      requests: set[tuple[str, str]], pairs: set[tuple[str, str]],
+                      calls: set[tuple[str, str, str, str]]) -> GuardReads:
+    """The batch guard's three reads in one statement (each an index search: the unique
+    ``(tenant, request_id)`` key, ``runs``' key, the standing-rejection index)."""
+    load = decisions.c.response.type.dialect_impl(dialect).result_processor(dialect, None)
+    rows = await conn.fetch(
+        _GUARD, sorted({t for t, _ in requests}), sorted({r for _, r in requests}),
+        sorted({run_id for _, run_id in pairs}), sorted({c[0] for c in calls}),
+        sorted({c[1] for c in calls}))
+    found = GuardReads({}, set(), set())
+    for kind, a, b, c, d, response in rows:
+        if kind == "d":
+            if (a, b) in requests:
+                found.decided[(a, b)] = (b, c, load(response) if load else response)
+        elif kind == "c":
+            found.contracted.add((a, b))
+        else:
+            found.rejected.add((a, b, c, d))
+    found.contracted.intersection_update(pairs)
+    found.rejected.intersection_update(calls)
+    return found
+
+
+# -- the chain head (audit.chain.append_pg) ---------------------------------------------
+
+_HEAD = "SELECT seq, hash FROM audit_heads WHERE tenant = $1 FOR UPDATE"
+_NEW_HEAD = ("INSERT INTO audit_heads (tenant, seq, hash) VALUES ($1, 0, $2) "
+             "ON CONFLICT (tenant) DO NOTHING")
+
+
+async def lock_head(conn: asyncpg.Connection, tenant: str, genesis: str) -> tuple[int, str]:
+    """``tenant``'s chain head ``(seq, hash)``, row-locked until the transaction ends
+    (created at ``genesis`` the first time)."""
+    row = await conn.fetchrow(_HEAD, tenant)
+    if row is None:
+        await conn.execute(_NEW_HEAD, tenant, genesis)
+        row = await conn.fetchrow(_HEAD, tenant)
+        assert row is not None
+    return int(row[0]), str(row[1])
+
+
+async def extend_chain(conn: asyncpg.Connection, dialect: Dialect, events: Table,
+                       tenant: str, rows: Sequence[dict[str, Any]], seq: int,
+                       digest: str) -> None:
+    """Insert the event ``rows`` and move ``tenant``'s (locked) head to ``(seq, digest)``,
+    in one statement."""
+    move = "UPDATE audit_heads SET seq = $1, hash = $2 WHERE tenant = $3"
+    if not rows:
+        await conn.execute(move, seq, digest, tenant)
+        return
+    keys, columns = _columns(dialect, events, rows)
+    sql = f"WITH e AS ({_unnest(dialect, events, keys, 4)}) {move}"
+    await conn.execute(sql, seq, digest, tenant, *columns)

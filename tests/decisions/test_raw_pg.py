@@ -1,0 +1,246 @@
+"""The allow batch on PostgreSQL's own driver (cosigner.db.raw_pg) reads and writes what
+the SQLAlchemy path does, and fails the way it does.
+
+* the guard's three reads answer as their SQLAlchemy originals on the same rows;
+* prepared decisions really take the asyncpg path, and what it wrote reads back through
+  SQLAlchemy as the answers said (decision rows, permits, stored inputs, an unbroken
+  chain);
+* a unique key or a value PostgreSQL refuses in the raw batch: the batch is redone item
+  by item, only the culprit fails; a lost connection: 503 for the batch, nothing kept,
+  the next batch reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from cosigner.approvals import rejections
+from cosigner.audit.chain import Event, verify_bodies
+from cosigner.db import raw_pg
+from cosigner.db.batch import Write
+from cosigner.db.database import UniqueViolation
+from cosigner.db.tables import audit_events, decisions, permits
+from cosigner.db.tables_approvals import approvals, call_inputs
+from cosigner.db.tables_runs import runs
+from cosigner.decisions import pdp
+from cosigner.runs import contracts
+from tests.conftest import decision_request
+from tests.decisions.test_guard_sql import _approval, _run
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def _postgres_only(db_kind: str) -> None:
+    if db_kind != "postgres":
+        pytest.skip("the asyncpg batch is PostgreSQL's (SQLite: test_guard_sql.py)")
+
+
+async def test_raw_pg_guard_reads_equal_sqlalchemy(harness: Any, tenant: str) -> None:
+    other = tenant + "-b"
+    headers = await harness.headers(tenant, "runtime")
+    for i in range(3):
+        resp = await harness.client.post("/v1/decisions", headers=headers,
+                                         json=decision_request(request_id=f"req-{i}"))
+        assert resp.status_code == 200, resp.text
+    statuses = ["rejected", "pending", "approved", "rejected", "rejected"]
+    r1, r2 = f"{tenant}-r1", f"{tenant}-r2"  # the shared database holds other tests' runs
+    async with harness.db.transaction() as conn:
+        await conn.execute(runs.insert(), [_run(tenant, r1), _run(other, r2)])
+        await conn.execute(approvals.insert(), [
+            _approval(i, t, run_id, statuses[i], withdrawn=i == 4)
+            for i, (t, run_id) in enumerate([(tenant, r1), (tenant, r1), (tenant, r2),
+                                             (other, r2), (tenant, "r3")])])
+    link = raw_pg.PgLink(harness.db)
+    try:
+        async with harness.db.transaction() as conn, link.transaction() as pg:
+            dialect = conn.dialect
+            requests = {(tenant, f"req-{i}") for i in range(5)} | {(other, "req-0")}
+            want = await pdp._decided(conn, requests)
+            pairs = {(tenant, r1), (tenant, r2), (other, r2), (other, r1), (tenant, "x")}
+            calls = {(t, r, "issue_refund", f"sha256:{i:064x}")
+                     for i in range(6) for t in (tenant, other) for r in (r1, r2, "r3")}
+            got = await raw_pg.guard_reads(pg, dialect, requests, pairs, calls)
+            assert set(got.decided) == set(want) == {(tenant, f"req-{i}") for i in range(3)}
+            for key, row in want.items():
+                assert got.decided[key] == (key[1], row.request_hash, dict(row.response))
+            assert got.contracted == await contracts.contracted(conn, pairs)
+            assert got.contracted == {(tenant, r1), (other, r2)}
+            want_calls = await rejections.rejected_calls(conn, calls)
+            assert got.rejected == want_calls
+            assert want_calls == {(tenant, r1, "issue_refund", f"sha256:{0:064x}"),
+                                  (other, r2, "issue_refund", f"sha256:{3:064x}")}
+            # Nothing asked, nothing found; one kind asked alone.
+            assert await raw_pg.guard_reads(pg, dialect, set(), set(), set()) == (
+                {}, set(), set())
+            alone = await raw_pg.guard_reads(pg, dialect, set(), pairs, set())
+            assert alone == ({}, {(tenant, r1), (other, r2)}, set())
+    finally:
+        await link.close()
+
+
+def _count_raw(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count batches run on the asyncpg path (entered transactions)."""
+    entered = [0]
+    original = raw_pg.PgLink.transaction
+
+    def counting(self: raw_pg.PgLink) -> Any:
+        entered[0] += 1
+        return original(self)
+
+    monkeypatch.setattr(raw_pg.PgLink, "transaction", counting)
+    return entered
+
+
+async def test_allow_batches_run_on_asyncpg_and_read_back_as_answered(
+        harness: Any, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    entered = _count_raw(monkeypatch)
+    headers = await harness.headers(tenant, "runtime")
+    bodies = []
+    for i in range(40):
+        body = decision_request(request_id=f"req-{i}")
+        body["args"]["amount_minor"] = [5000, 250000][i % 2]  # allow, deny
+        bodies.append(body)
+    answers = await asyncio.gather(*(harness.client.post(
+        "/v1/decisions", headers=headers, json=b) for b in bodies))
+    assert [a.status_code for a in answers] == [200] * 40
+    assert entered[0] >= 1
+    assert harness.context.log_writer.stats.batches < 40
+    by_id = {a.json()["decision_id"]: a.json() for a in answers}
+    assert {a["effect"] for a in by_id.values()} == {"allow", "deny"}
+    again = await harness.client.post("/v1/decisions", headers=headers, json=bodies[0])
+    assert again.json() == answers[0].json()  # a retry: the guard's read, first answer
+    async with harness.db.read() as conn:
+        rows = (await conn.execute(select(decisions.c.id, decisions.c.response).where(
+            decisions.c.tenant == tenant))).all()
+        jtis = (await conn.execute(select(permits.c.jti).where(
+            permits.c.tenant == tenant))).scalars().all()
+        inputs = (await conn.execute(select(func.count()).select_from(call_inputs).where(
+            call_inputs.c.tenant == tenant))).scalar_one()
+        chain = (await conn.execute(select(audit_events.c.body, audit_events.c.hash)
+                                    .where(audit_events.c.tenant == tenant)
+                                    .order_by(audit_events.c.seq))).all()
+    assert {row.id: dict(row.response) for row in rows} == by_id
+    assert len(jtis) == inputs == 20
+    made = [r for r in chain if '"type":"decision.made"' in r.body]
+    minted = [r for r in chain if '"type":"permit.minted"' in r.body]
+    assert (len(made), len(minted)) == (40, 20)
+    assert verify_bodies([(r.body, r.hash) for r in chain]) == (None, None)
+
+
+def _decision_row(tenant: str, i: int, **overrides: Any) -> dict[str, Any]:
+    row = {"id": f"{tenant}-d{i}", "tenant": tenant, "request_id": f"{tenant}-q{i}",
+           "request_hash": "sha256:0", "run_id": "run", "tool": "t", "args_hash": "sha256:0",
+           "effect": "deny", "caller": "c", "policy_id": None, "policy_version": None,
+           "policy_revision": None, "response": {"i": i}, "created_at": NOW}
+    row.update(overrides)
+    return row
+
+
+def _write(tenant: str, i: int, **overrides: Any) -> Write:
+    return Write(tenant, [Event(type="test.noted", actor={"subject": "t"},
+                                payload={"i": i})], i,
+                 [(decisions, _decision_row(tenant, i, **overrides))])
+
+
+async def _kept(harness: Any, tenant: str) -> tuple[list[str], int]:
+    async with harness.db.read() as conn:
+        ids = (await conn.execute(select(decisions.c.id).where(
+            decisions.c.tenant == tenant).order_by(decisions.c.id))).scalars().all()
+        events = (await conn.execute(select(func.count()).select_from(audit_events).where(
+            audit_events.c.tenant == tenant))).scalar_one()
+    return list(ids), events
+
+
+async def test_a_refused_row_fails_alone_after_a_redo(harness: Any, tenant: str,
+                                                      monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    """A duplicate primary key and a value too long for its column, each in a raw batch
+    with good writes: the batch is redone item by item (SQLAlchemy), only they fail."""
+    entered = _count_raw(monkeypatch)
+    writer = harness.context.log_writer
+    outcomes = await asyncio.gather(
+        writer.submit(_write(tenant, 1)), writer.submit(_write(tenant, 1, request_id="x")),
+        writer.submit(_write(tenant, 2)), writer.submit(_write(tenant, 3, id="x" * 40)),
+        writer.submit(_write(tenant, 4)), return_exceptions=True)
+    assert entered[0] >= 1
+    assert isinstance(outcomes[1], UniqueViolation)
+    assert outcomes[3].code == "storage_unavailable"  # type: ignore[union-attr]
+    assert [outcomes[i].result for i in (0, 2, 4)] == [1, 2, 4]  # type: ignore[union-attr]
+    assert await _kept(harness, tenant) == ([f"{tenant}-d{i}" for i in (1, 2, 4)], 3)
+
+
+async def test_a_lost_connection_answers_503_keeps_nothing_and_reconnects(
+        harness: Any, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    headers = await harness.headers(tenant, "runtime")
+    original = raw_pg.guard_reads
+    before = await _kept(harness, tenant)  # the key's creation event
+
+    async def killed(conn: Any, *args: Any) -> Any:
+        await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(raw_pg, "guard_reads", killed)
+    answers = await asyncio.gather(*(harness.client.post(
+        "/v1/decisions", headers=headers, json=decision_request(request_id=f"r-{i}"))
+        for i in range(6)))
+    assert {a.status_code for a in answers} == {503}
+    assert {a.json()["code"] for a in answers} == {"storage_unavailable"}
+    assert await _kept(harness, tenant) == before == ([], 1)
+    monkeypatch.setattr(raw_pg, "guard_reads", original)
+    ok = await harness.client.post("/v1/decisions", headers=headers,
+                                   json=decision_request(request_id="r-0"))
+    assert ok.status_code == 200, ok.text
+    assert len((await _kept(harness, tenant))[0]) == 1
+
+
+async def test_rows_written_raw_equal_rows_written_by_core(
+        harness: Any, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows of real allow and deny decisions, as stored by the raw batch, byte for
+    byte equal the same rows inserted by SQLAlchemy Core (keys renamed), every column."""
+    import asyncpg
+
+    captured: list[Any] = []
+    original = raw_pg.insert_tables
+
+    async def capture(conn: Any, dialect: Any, groups: Any) -> None:
+        captured.extend(groups)
+        await original(conn, dialect, groups)
+
+    monkeypatch.setattr(raw_pg, "insert_tables", capture)
+    headers = await harness.headers(tenant, "runtime")
+    for i, amount in enumerate((5000, 250000)):
+        body = decision_request(request_id=f"req-{i}")
+        body["args"]["amount_minor"] = amount
+        assert (await harness.client.post("/v1/decisions", headers=headers,
+                                          json=body)).status_code == 200
+    tables = {table.name for table, _ in captured}
+    assert tables == {"decisions", "permits", "call_inputs"}
+    keys = {"decisions": "id", "permits": "jti", "call_inputs": "decision_id"}
+    copies = [(table, [{**row, keys[table.name]: row[keys[table.name]][:30] + "-core",
+                        **({"request_id": row["request_id"] + "-core"}
+                           if table.name == "decisions" else {})} for row in rows])
+              for table, rows in captured]
+    async with harness.db.transaction() as conn:
+        for table, rows in copies:
+            await conn.execute(table.insert(), rows)
+    dsn = harness.settings.database_url.replace("postgresql+asyncpg://", "postgresql://")
+    pg = await asyncpg.connect(dsn)
+    try:
+        for table, rows in captured:
+            key = keys[table.name]
+            for row in rows:
+                raw = await pg.fetchrow(f"SELECT * FROM {table.name} WHERE {key} = $1",
+                                        row[key])
+                core = await pg.fetchrow(f"SELECT * FROM {table.name} WHERE {key} = $1",
+                                         row[key][:30] + "-core")
+                assert raw is not None and core is not None
+                differ = {name for name in raw.keys() if raw[name] != core[name]}
+                assert differ <= {key, "request_id"}, (table.name, differ)
+    finally:
+        await pg.close()
