@@ -3,10 +3,9 @@
 Each process runs the real decision group committer (``decision_log_writer``: the raw
 asyncpg batch, guard, rows, chain head) and ``--inflight`` concurrent submitters of
 prepared allow writes (a decision row, a permit row and two events, as an allow writes);
-commits per second, batch sizes, process and postgres CPU are printed per variant:
-
-* ``early``: as shipped (the head lock released at COMMIT, then a synchronous flush);
-* ``sync``: the same batch committed synchronously (the head lock held over the fsync).
+commits per second, batch sizes, process and postgres CPU are printed. (Session 5 also
+compared an ``early`` variant — the head lock released at an asynchronous COMMIT, then a
+synchronous flush — which was not kept: see :mod:`cosigner.db.raw_pg`.)
 
     .venv/bin/python bench/pg_chain.py [--seconds 5] [--inflight 8 32] [--rounds 2]
 """
@@ -32,16 +31,11 @@ def _worker(url: str, variant: str, inflight: int, seconds: float, ready: object
             out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     from cosigner.audit.chain import Event
     from cosigner.core.settings import Settings
-    from cosigner.db import raw_pg
     from cosigner.db.batch import Write
     from cosigner.db.database import Database
     from cosigner.db.tables import decisions, permits
     from cosigner.decisions.pdp import decision_log_writer
     from cosigner.decisions.plan import Assumed
-
-    if variant == "sync":
-        raw_pg._BEGIN = "BEGIN"  # noqa: SLF001
-        raw_pg._FLUSH = "SELECT 1"  # noqa: SLF001
 
     def write(tag: str) -> Write:
         now = datetime.now(UTC)
@@ -130,7 +124,7 @@ def main() -> int:
               "µs/commit | mean batch |\n|---|---:|---:|---:|---:|---:|", flush=True)
         for _ in range(args.rounds):
             for inflight in args.inflight:
-                for variant in ("sync", "early"):
+                for variant in ("sync",):
                     rate, cpu, pg, batch = measure(url, name, variant, inflight, args.seconds)
                     print(f"| {variant} | {inflight} | {rate:,.0f} | {cpu:,.0f} | {pg:,.0f} "
                           f"| {batch:.1f} |", flush=True)

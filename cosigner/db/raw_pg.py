@@ -7,28 +7,22 @@ PostgreSQL that was most of an allow decision's server CPU. A batch of prepared 
 connection (:class:`PgLink`, opened from the engine's URL with the dialect's own connect
 arguments), in seven round trips:
 
-1. ``BEGIN`` (this transaction's ``synchronous_commit`` off, see below);
+1. ``BEGIN``;
 2. the guard's three reads, one statement (:func:`guard_reads`);
 3. every row of every table, one ``INSERT … SELECT * FROM unnest(…)`` statement
    (:func:`insert_tables`);
 4. per tenant in sorted order, after every other write: the chain head
    ``SELECT … FOR UPDATE`` (:func:`lock_head`), then
 5. the events and the head move, one statement (:func:`extend_chain`);
-6. ``COMMIT``: the head row locks are released here;
-7. a synchronous flush (:data:`_FLUSH`): only when it returns is the batch on disk and
-   acknowledged.
+6. ``COMMIT`` (synchronous: the batch is on disk before any of it is acknowledged,
+   DESIGN invariant 2).
 
-Why 6 and 7 are apart: every batch of a tenant, on every replica, locks that tenant's
-chain head. Under a synchronous ``COMMIT`` PostgreSQL keeps the row lock until the WAL
-is flushed, so the replicas' batches queued one fsync after another (4–12 ms each on
-this machine: a request waited for about two). Committed with ``synchronous_commit``
-off, the lock goes at ``COMMIT`` and the other replica's batch extends the chain while
-this one's WAL is flushed; the flush transaction commits under the server's own setting
-and its commit record lies after the batch's in the WAL, so when it returns the batch is
-as durable (disk, synchronous standbys) as a synchronous ``COMMIT`` would have made it.
-Nothing is acknowledged before (DESIGN invariant 2). Between 6 and 7 another session may
-read the batch's rows; anything it commits lies later in the WAL, so it cannot become
-durable without them.
+Every batch of a tenant, on every replica, locks that tenant's chain head, and PostgreSQL
+holds the row lock until the commit's WAL flush: the replicas' batches of one tenant
+queue one fsync after another. Committing with ``synchronous_commit`` off and
+acknowledging after a later synchronous flush was tried (session 5) and not kept: a
+retried request id read by another replica between the two could be answered from rows
+not yet on disk, and no throughput gain was measured on this machine.
 
 The same rows, lock order and redo semantics as the SQLAlchemy path; a redo item by item
 takes that path (:func:`cosigner.db.batch.savepoint_runner`). Every SQL text the raw
@@ -42,8 +36,9 @@ a unique key → :class:`UniqueViolation` (the batch is redone item by item), a 
 serialization failure → :class:`TransientConflict` (run again), any other database error
 → :class:`Unavailable` whose ``__cause__`` is the SQLAlchemy ``DBAPIError`` subclass
 SQLAlchemy would have raised (``OperationalError`` for a lost connection: an outage, 503
-at once; ``DataError`` …: one item's value, redo item by item). A failed flush is an
-outage (503; the batch may be on disk, like a COMMIT whose answer was lost).
+at once; ``DataError`` …: one item's value, redo item by item).
+A failed COMMIT is an outage (503; the batch may be on disk, like any COMMIT whose answer
+was lost).
 """
 
 from __future__ import annotations
@@ -177,28 +172,11 @@ class PgLink:
             log.error("database transaction failed: %s", _short(error))
             raise Unavailable("the database is unavailable; nothing was recorded",
                               code="storage_unavailable") from error
-        try:
-            await conn.execute(_FLUSH)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            # Committed, perhaps not on disk: never acknowledged; an outage (cause not a
-            # DBAPIError), so the batch is not redone.
-            self._drop()
-            log.error("database flush failed: %s: %s", type(exc).__name__, exc)
-            raise Unavailable("the database could not confirm the write",
-                              code="storage_unavailable") from exc
 
 
-#: The batch commits without waiting for the WAL flush (``synchronous_commit`` off for
-#: this transaction only), so its chain-head row locks are released at COMMIT instead of
-#: after the fsync: the other replica's batch extends the chain meanwhile. Nothing is
-#: acknowledged before :data:`_FLUSH` returns.
-_BEGIN = "BEGIN; SET LOCAL synchronous_commit TO off"
-#: A transaction that writes WAL (a transactional logical message, callable by any role)
-#: and commits under the server's own ``synchronous_commit`` (on): its COMMIT flushes the
-#: WAL up to its commit record, which lies after the batch's, so when it returns the batch
-#: is on disk (and on synchronous standbys) exactly as a synchronous COMMIT would have it.
-#: Flushes of both replicas share fsyncs (PostgreSQL's own group commit).
-_FLUSH = "BEGIN; SELECT pg_logical_emit_message(true, 'cosigner', 'flush'); COMMIT"
+#: The batch transaction's first statement (commits under the server's own, synchronous,
+#: ``synchronous_commit``).
+_BEGIN = "BEGIN"
 
 
 def _sqlalchemy_error(exc: BaseException) -> sa_exc.DBAPIError:
