@@ -259,12 +259,12 @@ async def insert_tables(conn: asyncpg.Connection, dialect: Dialect,
 # -- the guard's reads (pdp.decision_log_writer's confirm), one statement ---------------
 
 _GUARD = (
-    "SELECT 'd', d.tenant, d.request_id, d.request_hash, NULL::varchar, d.response "
-    "FROM decisions d WHERE d.tenant = ANY($1::varchar[]) "
+    "SELECT 'd', d.tenant, d.request_id, NULL::varchar, NULL::varchar, d.request_hash, "
+    "d.response FROM decisions d WHERE d.tenant = ANY($1::varchar[]) "
     "AND d.request_id = ANY($2::varchar[]) "
-    "UNION ALL SELECT 'c', tenant, run_id, NULL, NULL, NULL FROM runs "
-    "WHERE run_id = ANY($3::varchar[]) "
-    "UNION ALL SELECT 'r', tenant, run_id, tool, args_hash, NULL FROM approvals "
+    "UNION ALL SELECT 'c', tenant, run_id, NULL, NULL, NULL, NULL FROM runs "
+    "WHERE tenant = ANY($6::varchar[]) AND run_id = ANY($3::varchar[]) "
+    "UNION ALL SELECT 'r', tenant, run_id, tool, args_hash, NULL, NULL FROM approvals "
     "WHERE tenant = ANY($4::varchar[]) AND run_id = ANY($5::varchar[]) "
     "AND status = 'rejected' AND withdrawn_at IS NULL")
 
@@ -287,15 +287,19 @@ async def guard_reads(conn: asyncpg.Connection, dialect: Dialect,
     """The batch guard's three reads in one statement (each an index search: the unique
     ``(tenant, request_id)`` key, ``runs``' key, the standing-rejection index)."""
     load = decisions.c.response.type.dialect_impl(dialect).result_processor(dialect, None)
+    request_hash = decisions.c.request_hash.type.dialect_impl(dialect).result_processor(
+        dialect, None)
     rows = await conn.fetch(
         _GUARD, sorted({t for t, _ in requests}), sorted({r for _, r in requests}),
         sorted({run_id for _, run_id in pairs}), sorted({c[0] for c in calls}),
-        sorted({c[1] for c in calls}))
+        sorted({c[1] for c in calls}), sorted({t for t, _ in pairs}))
     found = GuardReads({}, set(), set())
-    for kind, a, b, c, d, response in rows:
+    for kind, a, b, c, d, digest, response in rows:
         if kind == "d":
             if (a, b) in requests:
-                found.decided[(a, b)] = (b, c, load(response) if load else response)
+                found.decided[(a, b)] = (
+                    b, request_hash(digest) if request_hash else digest,
+                    load(response) if load else response)
         elif kind == "c":
             found.contracted.add((a, b))
         else:
