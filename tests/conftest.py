@@ -41,6 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_KEK = "dGVzdC1rZXktZW5jcnlwdGlvbi1rZXktMzItYnl0ZXM"
 PG_BASE_URL = os.environ.get("COSIGNER_TEST_PG_URL",
                              "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+#: Hypothesis's profile for the suite (no timing checks) and COSIGNER_HYPOTHESIS_SCALE.
+pytest_plugins = ["tests.hypothesis_setup"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
