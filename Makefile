@@ -28,7 +28,7 @@ test: $(STAMP)
 	scripts/ensure-test-deps.sh
 	$(BIN)/ruff check .
 	$(BIN)/pytest --db sqlite
-	$(BIN)/pytest --db postgres -m "not browser"
+	$(BIN)/pytest --db postgres
 
 test-sqlite: $(STAMP)
 	$(BIN)/pytest --db sqlite

@@ -41,6 +41,12 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_KEK = "dGVzdC1rZXktZW5jcnlwdGlvbi1rZXktMzItYnl0ZXM"
 PG_BASE_URL = os.environ.get("COSIGNER_TEST_PG_URL",
                              "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+#: How long a process the tests start (``cosigner serve``, the OpenID provider, OPA) may
+#: take to answer: it only bounds a failure. 2 CPU s of imports took 32-53 s of wall time
+#: at a load average of 18 on 2 cores (30 s was not enough there).
+STARTUP_S = float(os.environ.get("COSIGNER_TEST_STARTUP_S", "180"))
+#: Hypothesis's profile for the suite (no timing checks) and COSIGNER_HYPOTHESIS_SCALE.
+pytest_plugins = ["tests.hypothesis_setup"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -239,7 +245,7 @@ class LiveServer:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cosigner", "serve", "--port", str(self.port),
                  *extra], env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("server exited: " + self.log_tail())
@@ -248,7 +254,8 @@ class LiveServer:
                     return
             except httpx.HTTPError:
                 time.sleep(0.1)
-        raise RuntimeError("server did not start")
+        self.stop()  # not left running (and answering) after the test gave up on it
+        raise RuntimeError(f"server did not start in {STARTUP_S} s: " + self.log_tail())
 
     def stop(self, sig: int | None = None) -> None:
         if self.proc is None:

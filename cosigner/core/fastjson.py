@@ -78,7 +78,8 @@ def _colons(value: Any) -> int:
     """Colons in every string and key of ``value``."""
     t = type(value)
     if t is str:
-        return value.count(":")
+        colons: int = value.count(":")
+        return colons
     if t is dict:
         return sum(k.count(":") + _colons(v) for k, v in value.items())
     if t is list:

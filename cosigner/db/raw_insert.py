@@ -50,7 +50,8 @@ def _plan(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> _Plan:
         processors = []
         for i, name in enumerate(keys):
             column = table.columns[name]
-            proc = column.type.dialect_impl(dialect).bind_processor(dialect)
+            proc: Callable[[Any], Any] | None = (
+                column.type.dialect_impl(dialect).bind_processor(dialect))
             if proc is not None:
                 if isinstance(column.type, DateTime):
                     proc = _last_value(proc)

@@ -29,11 +29,12 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal, cast
 
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from cosigner.core.errors import Unavailable
 
@@ -54,7 +55,8 @@ class RawStatement:
                                                tuple[_Processor, ...]]:
         plan = self._plans.get(id(dialect))
         if plan is None:
-            compiled = self.statement.compile(dialect=dialect)
+            # A Core statement compiles with the dialect's SQLCompiler (binds, result map).
+            compiled = cast(SQLCompiler, self.statement.compile(dialect=dialect))
             binds = []
             for name in compiled.positiontup or ():
                 bind = compiled.binds[name]
@@ -117,7 +119,7 @@ class _Reader:
 
 
 def _reader(database: Any) -> _Reader | None:
-    reader = database.__dict__.get("_raw_reader", False)
+    reader: _Reader | None | Literal[False] = database.__dict__.get("_raw_reader", False)
     if reader is False:
         reader = None
         url = make_url(database.url)

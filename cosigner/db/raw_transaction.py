@@ -41,10 +41,10 @@ async def raw_transaction(db: Database) -> AsyncIterator[sqlite3.Connection | No
         fairy = await db.engine.raw_connection()
         try:
             driver = fairy.driver_connection
-            conn = driver._connection if isinstance(driver, InlineConnection) else None  # noqa: SLF001
-            if conn is None:
+            if not isinstance(driver, InlineConnection) or driver._connection is None:  # noqa: SLF001
                 yield None
                 return
+            conn = driver._connection  # noqa: SLF001
             try:
                 try:
                     await driver._execute(conn.execute, "BEGIN IMMEDIATE")  # noqa: SLF001

@@ -175,7 +175,7 @@ class DecisionPlan:
         standing_id, approval_events = await self._use_standing(conn, response, requirement)
         gated = (response["effect"] == "require_approval" and requirement is not None
                  and not self.call.shadow)
-        if gated:
+        if gated and requirement is not None:  # (gated implies it; mypy cannot see that)
             approval_events = await approval_requests.record_gate(
                 conn, self.deps.settings, self.call.caller, response=response,
                 requirement=requirement, input_doc=self.input_doc, mask=self.mask,

@@ -239,13 +239,13 @@ class KeyAuthenticator:
         if match is None:
             return None
         key_id, secret = match.groups()
-        entry = self._cache.get(key_id)
-        if entry is None or entry.expires <= now or entry.caller is None:
+        cached = self._cache.get(key_id)
+        if cached is None or cached.expires <= now or cached.caller is None:
             return None
-        if not hmac.compare_digest(entry.secret_hash, hash_secret(secret)):
+        if not hmac.compare_digest(cached.secret_hash, hash_secret(secret)):
             return None
-        self._remember(key, key_id, entry)
-        return entry.caller
+        self._remember(key, key_id, cached)
+        return cached.caller
 
     def _remember(self, key: str, key_id: str, entry: _CacheEntry) -> None:
         verified = self._verified

@@ -100,7 +100,7 @@ StrictValidator = jsonschema.validators.extend(
 )
 
 
-def compiled_validator(schema: Mapping[str, Any]) -> Any | None:
+def compiled_validator(schema: dict[str, Any]) -> Any | None:
     """A ``jsonschema-rs`` draft 2020-12 validator of ``schema`` (formats not asserted, as
     in ``jsonschema``; never fetching remote references), or ``None`` when it cannot
     build one (then ``jsonschema`` alone validates)."""

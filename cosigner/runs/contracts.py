@@ -32,10 +32,9 @@ order:
 
 from __future__ import annotations
 
-from collections import namedtuple
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -244,7 +243,24 @@ async def load(conn: AsyncConnection, tenant: str, run_id: str, *,
 
 
 _RUN_RAW = RawStatement(_RUN)
-_RunRow = namedtuple("_RunRow", [column.key for column in runs.columns])  # noqa: PYI024
+class _RunRow(NamedTuple):
+    """A ``runs`` row as the raw SQLite path returns it (its columns, in order)."""
+
+    tenant: str
+    run_id: str
+    contract: dict[str, Any]
+    contract_hash: str
+    deadline: datetime | None
+    tool_calls: int
+    cost_minor: int
+    tool_counts: dict[str, int]
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+
+
+if _RunRow._fields != tuple(column.key for column in runs.columns):  # a schema change
+    raise RuntimeError("_RunRow's fields are not the runs table's columns")
 
 
 async def contracted(conn: AsyncConnection, pairs: set[tuple[str, str]]

@@ -203,7 +203,8 @@ def test_server_down_denies_within_the_timeout() -> None:
         elapsed = time.monotonic() - started
     assert result.status == "denied" and result.code == "unavailable"
     assert result.decision.decision_id is None
-    assert elapsed < 1.5 and tool.calls == []
+    # Exact bounds on a fake clock: test_deadline_steps.py; here a loaded machine's margin.
+    assert elapsed < 1.0 + 1.0 and tool.calls == []
 
 
 def test_stalled_server_denies_within_the_timeout() -> None:
@@ -217,7 +218,7 @@ def test_stalled_server_denies_within_the_timeout() -> None:
     finally:
         stalled.close()
     assert result.status == "denied" and result.code == "timeout"
-    assert elapsed < 1.3 and tool.calls == []
+    assert elapsed < 0.8 + 1.0 and tool.calls == []  # it never answers
 
 
 def test_slow_server_behind_proxy_denies_within_the_timeout(live: Live,
@@ -228,7 +229,7 @@ def test_slow_server_behind_proxy_denies_within_the_timeout(live: Live,
         decision = g.decide("get_order", ORDER)
         elapsed = time.monotonic() - started
     assert decision.effect == "deny" and decision.reason == "timeout"
-    assert elapsed < 1.5
+    assert elapsed < 1.0 + 1.0  # not the 3 s stall
 
 
 def test_proceed_on_timeout_only_for_tools_named(live: Live) -> None:
@@ -245,8 +246,10 @@ def test_proceed_on_timeout_only_for_tools_named(live: Live) -> None:
 
 def test_breaker_opens_then_half_opens(live: Live, proxy: FaultProxy) -> None:
     proxy.plan["POST /v1/decisions"] = ["503"] * 4
+    # Over real sockets, the open breaker must still be open at the next call: a cooldown a
+    # loaded machine cannot outlast between two lines (exact: test_deadline_steps.py).
     with gate(proxy.url, live.runtime, retries=0, breaker_threshold=3,
-              breaker_cooldown=0.5) as g:
+              breaker_cooldown=1.5) as g:
         for _ in range(3):
             assert g.decide("get_order", ORDER).reason == "unavailable"
         assert g.breaker.state == "open"
@@ -254,11 +257,11 @@ def test_breaker_opens_then_half_opens(live: Live, proxy: FaultProxy) -> None:
         blocked = g.decide("get_order", ORDER)
         assert blocked.reason == "breaker_open" and blocked.effect == "deny"
         assert proxy.seen["POST /v1/decisions"] == before  # not even asked
-        time.sleep(0.6)
+        time.sleep(1.6)
         assert g.breaker.state == "half_open"
         assert g.decide("get_order", ORDER).reason == "unavailable"  # the probe failed
         assert g.breaker.state == "open"
-        time.sleep(0.6)
+        time.sleep(1.6)
         assert g.decide("get_order", ORDER).effect == "allow"  # the probe succeeded
         assert g.breaker.state == "closed"
 

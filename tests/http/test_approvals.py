@@ -360,10 +360,11 @@ async def test_long_poll_returns_when_the_request_is_decided(harness: Harness,
         await review(harness, alice, approval_id)
 
     started = asyncio.get_running_loop().time()
-    waited, _ = await asyncio.gather(state(harness, runtime, approval_id, wait=10),
+    waited, _ = await asyncio.gather(state(harness, runtime, approval_id, wait=60),
                                      approve_soon())
     assert waited["status"] == "approved" and waited["permit"] is not None
-    assert asyncio.get_running_loop().time() - started < 5
+    # Woken by the review, not by the 60 s wait's end (a margin for a loaded machine).
+    assert asyncio.get_running_loop().time() - started < 30
     pending = await open_refund(harness, tenant, runtime)
     quick = await state(harness, runtime, pending["approval"]["id"], wait=0.3)
     assert quick["status"] == "pending" and quick["retry_after"] > 0

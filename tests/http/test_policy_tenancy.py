@@ -251,10 +251,11 @@ async def test_two_replicas_follow_an_activation_within_the_poll_interval(
                       {"version": "1.0.0"})
     assert resp.status_code == 200
     activated = time.monotonic()
-    # The README's bound: one poll interval plus one query (a generous margin for a
-    # loaded test machine; this checks that the change arrives, not how fast).
+    # The README's bound is one poll interval plus one query; this checks that the change
+    # arrives, not how fast: the wait ends at 30 s (4 s was within reach of a loaded
+    # 2-core machine, where a query alone can take seconds).
     while verdict(await decide(two, keys["runtime"]))[1] != "1.0.0":
-        assert time.monotonic() - activated < 1.0 + 4.0, "replica two never followed"
+        assert time.monotonic() - activated < 30, "replica two never followed"
         await asyncio.sleep(0.05)
     shadow = await call(two, "POST", f"/v1/policies/{bundle}/shadow", keys["admin"],
                         {"version": "2.0.0"})
@@ -266,7 +267,7 @@ async def test_two_replicas_follow_an_activation_within_the_poll_interval(
         return {b["id"]: b for b in listing["bundles"]}[bundle]["shadow"]  # type: ignore
 
     while await shadow_on_one() != "2.0.0":
-        assert time.monotonic() - shadowed < 1.0 + 4.0, "replica one never followed"
+        assert time.monotonic() - shadowed < 30, "replica one never followed"
         await asyncio.sleep(0.05)
 
 

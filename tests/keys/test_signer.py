@@ -104,7 +104,7 @@ _KEYRING = Keyring.ephemeral(now=datetime(2030, 1, 1, tzinfo=UTC))
 
 
 def test_a_second_spelling_of_the_signature_is_refused() -> None:
-    """The last base64url character of a 64-byte signature carries 2 unused bits: setting
+    """The last base64url character of a 64-byte signature carries 4 unused bits: setting
     them spells the same bytes differently; the token has one spelling only (the failure CI
     found with hypothesis in session 4)."""
     from cosigner.core.errors import PermitRefused

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import STARTUP_S, free_port
 
 HERE = Path(__file__).resolve().parent
 ACR_PWD = "urn:cosigner:test:pwd"
@@ -64,7 +64,7 @@ class TestIdP:
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen([node, str(HERE / "provider.mjs")], env=env,
                                          cwd=HERE, stdout=log, stderr=log)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("provider exited: " + log_path.read_text()[-2000:])
@@ -74,7 +74,8 @@ class TestIdP:
                     return
             except httpx.HTTPError:
                 time.sleep(0.1)
-        raise RuntimeError("provider did not start")
+        self.stop()
+        raise RuntimeError(f"provider did not start in {STARTUP_S} s")
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from cosigner.policy.rego_engine import RegoEngine
+from tests.conftest import STARTUP_S
 
 ROOT = Path(__file__).resolve().parents[2]
 REFUNDS_PY = ROOT / "policies" / "refunds"
@@ -163,12 +164,14 @@ def opa_binary(tmp_path: Path) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 break
             except OSError:
+                assert proc.poll() is None, "opa exited"
+                assert time.monotonic() < deadline, f"opa did not listen in {STARTUP_S} s"
                 time.sleep(0.05)
         yield url
     finally:

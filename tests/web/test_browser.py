@@ -194,8 +194,11 @@ def test_expired_request_cannot_be_approved(scene: Scene, page: Any) -> None:
     msg = Scene(scene.server, scene.tenant + "-short")
     msg.user("fiona", "finance")
     msg.sign_in(page, "fiona")
+    decision = msg.decide(message_request())
+    # The server stamped the request before it answered: it expires SHORT_TTL_MS after a
+    # moment no later than this one (timing the call from before it was sent clicked too
+    # early when the answer took longer than the 0.2 s margin on a loaded machine).
     started = time.monotonic()
-    decision = msg.decide(message_request())  # expires SHORT_TTL_MS after this
     approval_id = decision["approval"]["id"]
     page.goto(f"{scene.server.url}/ui/approvals/{approval_id}")
     assert "left" in page.inner_text("#time-left")
