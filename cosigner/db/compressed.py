@@ -165,7 +165,8 @@ def pack_response(value: Any) -> bytes | None:
     permit token that re-spells exactly (then it is stored as form 1)."""
     permit = value.get("permit") if isinstance(value, dict) else None
     token = permit.get("token") if isinstance(permit, dict) else None
-    if not isinstance(token, str):
+    if not isinstance(token, str) or not isinstance(value, dict) or not isinstance(
+            permit, dict):
         return None
     parts = token.split(".")
     if len(parts) != 3:

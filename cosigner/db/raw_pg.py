@@ -196,7 +196,7 @@ def _sqlalchemy_error(exc: BaseException) -> sa_exc.DBAPIError:
     lost = isinstance(exc, (OSError, asyncpg.InterfaceError,
                             asyncpg.PostgresConnectionError,
                             asyncpg.OperatorInterventionError))
-    return cls(None, None, exc, connection_invalidated=lost)  # type: ignore[arg-type]
+    return cls(None, None, exc, connection_invalidated=lost)
 
 
 # -- inserts ----------------------------------------------------------------------------

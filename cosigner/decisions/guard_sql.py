@@ -52,7 +52,7 @@ def decided(raw: sqlite3.Connection, dialect: Dialect, requests: set[tuple[str, 
                             [tenant, *ids])
         for request_id, request_hash, response in rows:
             found[(tenant, request_id)] = Decided(
-                request_id, text(request_hash) if text else request_hash,
+                request_id, str(text(request_hash) if text else request_hash),
                 load(response) if load else response)
     return found
 

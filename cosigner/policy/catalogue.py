@@ -133,7 +133,7 @@ class CompiledOnFirstUse:
     def is_valid(self, instance: Any) -> bool:  # replaced by the built validator's
         with self._lock:
             if "is_valid" not in self.__dict__:
-                compiled = compiled_validator(self._schema)
+                compiled = compiled_validator(dict(self._schema))
                 self.is_valid = (  # type: ignore[method-assign]
                     _never_valid if compiled is None else compiled.is_valid)
         return bool(self.is_valid(instance))

@@ -89,9 +89,9 @@ def _convert_hashes(*, upgrade: bool) -> None:
     """The :data:`HASHES` columns: ``sha256:<hex>`` text ↔ the digest's 32 bytes, other
     text behind a marker byte (:mod:`cosigner.db.digest`)."""
     if op.get_bind().dialect.name == "postgresql":
-        for table, _, _, columns in HASHES:
+        for name, _, _, columns in HASHES:
             for column in columns:
-                op.execute(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE "
+                op.execute(f"ALTER TABLE {name} ALTER COLUMN {column} TYPE "
                            + (_PG_TO_BYTES if upgrade else _PG_TO_TEXT).format(c=column))
         return
     from cosigner.db.digest import pack, unpack
