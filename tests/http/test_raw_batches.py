@@ -130,3 +130,57 @@ async def test_redeem_raw_is_single_use_and_logged(harness: Harness, tenant: str
         assert sorted(ran) == [0] * 9 + [1] * 3
     else:
         assert ran == []
+
+
+async def test_review_needs_core_after_a_raw_redeem_keeps_single_use(
+        harness_factory: Any, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review (session 5): one redeem of a batch ran its single-use UPDATE on the driver,
+    then a later item of the same batch hands the batch back (NeedsCore). The raw
+    transaction is rolled back and the batch runs again the SQLAlchemy way: each permit is
+    redeemed once, one ``permit.redeemed`` event each, no refusal, the chain holds."""
+    harness = await harness_factory(log_batch_wait_ms=100)
+    runtime = await harness.headers(tenant, "runtime")
+    real = redeem_module._STANDING_REJECTION_RAW
+    handed_back: list[str] = []
+
+    real_update = redeem_module._REDEEM_RAW
+    order: list[str] = []
+
+    class Spy:
+        def run(self, conn: Any, dialect: Any, values: Any) -> Any:
+            if values["run_id"] == "run-nc-1":  # pretend a rejection raced this one
+                handed_back.append(values["run_id"])
+                order.append("needs-core")
+                return [("a-raced",)], 1
+            return real.run(conn, dialect, values)
+
+    class UpdateSpy:
+        def run(self, conn: Any, dialect: Any, values: Any) -> Any:
+            out = real_update.run(conn, dialect, values)
+            order.append(f"update:{out[1]}")
+            return out
+
+    monkeypatch.setattr(redeem_module, "_STANDING_REJECTION_RAW", Spy())
+    monkeypatch.setattr(redeem_module, "_REDEEM_RAW", UpdateSpy())
+    tokens = []
+    for i in range(2):
+        made = await decide(harness, runtime, decision_request(run={"id": f"run-nc-{i}"}))
+        tokens.append(made["permit"]["token"])
+    args = decision_request()["args"]
+    before = harness.context.log_writer.stats.batches
+    first = asyncio.ensure_future(redeem(harness, runtime, tokens[0], "issue_refund", args))
+    await asyncio.sleep(0.01)  # the first redeem queued first, in the same gathering batch
+    answers = [await redeem(harness, runtime, tokens[1], "issue_refund", args), await first]
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    async with harness.db.read() as conn:
+        states = (await conn.execute(select(permits.c.status).where(
+            permits.c.tenant == tenant))).scalars().all()
+        kinds = (await conn.execute(select(audit_events.c.type).where(
+            audit_events.c.tenant == tenant, audit_events.c.type.like("permit.re%"))
+        )).scalars().all()
+    assert sorted(states) == ["redeemed"] * 2
+    assert sorted(kinds) == ["permit.redeemed"] * 2
+    await _chain_holds(harness, tenant)
+    if harness.db.is_sqlite:  # the UPDATE ran raw, then the batch was handed back
+        assert order == ["update:1", "needs-core"], order
+        assert harness.context.log_writer.stats.batches - before == 1  # one batch
