@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import struct
 from typing import Any
 
@@ -208,8 +209,12 @@ def _b64url(raw: bytes) -> str:
 
 
 def loads_json(data: bytes) -> Any:
-    """The JSON value of ``data`` (orjson; the stdlib for integers beyond 64 bits)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:  # integers beyond 64 bits (stdlib-encoded)
+    """The JSON value of ``data``: orjson, or the stdlib where a run of 20 or more digits
+    may be an integer beyond 64 bits (orjson would read it as a float, not refuse it)."""
+    if _LONG_DIGITS.search(data) is not None:
         return json.loads(data)
+    return orjson.loads(data)
+
+
+#: 20 digits: more than uint64's 18446744073709551615 may need; the stdlib reads those.
+_LONG_DIGITS = re.compile(rb"[0-9]{20}")
