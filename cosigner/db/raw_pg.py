@@ -102,6 +102,9 @@ class PgLink:
         if self.conn is None:
             engine = self.db.engine
             cargs, cparams = engine.dialect.create_connect_args(engine.url)
+            size = cparams.get("prepared_statement_cache_size")
+            if size is not None:  # e.g. 0 behind a transaction-pooling PgBouncer
+                cparams["statement_cache_size"] = int(size)
             for name in _SQLALCHEMY_ONLY:
                 cparams.pop(name, None)
             try:

@@ -244,3 +244,20 @@ async def test_rows_written_raw_equal_rows_written_by_core(
                 assert differ <= {key, "request_id"}, (table.name, differ)
     finally:
         await pg.close()
+
+
+async def test_the_urls_statement_cache_size_reaches_the_batch_connection(
+        database_url: str) -> None:
+    """``?prepared_statement_cache_size=0`` (SQLAlchemy's asyncpg option, e.g. behind a
+    transaction-pooling PgBouncer) turns asyncpg's statement cache off on the batch's own
+    connection too (found in review, session 5)."""
+    from cosigner.db.database import Database
+
+    sep = "&" if "?" in database_url else "?"
+    db = Database(database_url + f"{sep}prepared_statement_cache_size=0")
+    try:
+        link = raw_pg.PgLink(db)
+        conn = await link.connect()
+        assert conn._stmt_cache.get_max_size() == 0  # noqa: SLF001
+    finally:
+        await db.dispose()
