@@ -145,14 +145,8 @@ class Database:
         except IntegrityError as exc:
             raise UniqueViolation.from_db(exc) from exc
         except (SQLAlchemyError, OSError, ConnectionError) as exc:
-            if getattr(getattr(exc, "orig", None), "sqlstate", None) in RETRYABLE_SQLSTATES:
-                log.warning("database transaction aborted: %s", _short(exc))
-                raise TransientConflict("the transaction was aborted by a lock conflict; "
-                                        "nothing was recorded",
-                                        code="storage_unavailable") from exc
-            log.error("database transaction failed: %s", _short(exc))
-            raise Unavailable("the database is unavailable; nothing was recorded",
-                              code="storage_unavailable") from exc
+            raise failed_transaction(
+                exc, getattr(getattr(exc, "orig", None), "sqlstate", None)) from exc
 
     @asynccontextmanager
     async def read(self, *, bulk: bool = False) -> AsyncIterator[AsyncConnection]:
@@ -213,3 +207,18 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
     def _on_begin(conn: Any) -> None:
         read_only = conn.get_execution_options().get("cosigner_read", False)
         conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def failed_transaction(exc: BaseException, sqlstate: str | None
+                       ) -> TransientConflict | Unavailable:
+    """What a failed write transaction raises (``from exc``), logged: a lock cycle or
+    serialization failure (``sqlstate`` in :data:`RETRYABLE_SQLSTATES`) is a
+    :class:`TransientConflict` (run it again), anything else :class:`Unavailable`
+    (``storage_unavailable``, 503); nothing was recorded either way."""
+    if sqlstate in RETRYABLE_SQLSTATES:
+        log.warning("database transaction aborted: %s", _short(exc))
+        return TransientConflict("the transaction was aborted by a lock conflict; "
+                                 "nothing was recorded", code="storage_unavailable")
+    log.error("database transaction failed: %s", _short(exc))
+    return Unavailable("the database is unavailable; nothing was recorded",
+                       code="storage_unavailable")

@@ -56,13 +56,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
 
 from cosigner.core.errors import Unavailable
-from cosigner.db.database import (
-    RETRYABLE_SQLSTATES,
-    Database,
-    TransientConflict,
-    UniqueViolation,
-    _short,
-)
+from cosigner.db.database import Database, UniqueViolation, failed_transaction
 from cosigner.db.raw_insert import sqlite_rows
 from cosigner.db.tables import decisions
 
@@ -167,14 +161,7 @@ class PgLink:
             error = _sqlalchemy_error(exc)
             if error.connection_invalidated:
                 self._drop()
-            if getattr(exc, "sqlstate", None) in RETRYABLE_SQLSTATES:
-                log.warning("database transaction aborted: %s", _short(error))
-                raise TransientConflict("the transaction was aborted by a lock conflict; "
-                                        "nothing was recorded",
-                                        code="storage_unavailable") from error
-            log.error("database transaction failed: %s", _short(error))
-            raise Unavailable("the database is unavailable; nothing was recorded",
-                              code="storage_unavailable") from error
+            raise failed_transaction(error, getattr(exc, "sqlstate", None)) from error
 
 
 #: The batch transaction's first statement (commits under the server's own, synchronous,
