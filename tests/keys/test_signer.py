@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import builtins
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -28,15 +26,8 @@ def test_libsodium_signature_is_cryptography_s(seed: bytes, message: bytes) -> N
     private.public_key().verify(signer(message), message)
 
 
-def test_without_pynacl_cryptography_signs(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_import = builtins.__import__
-
-    def no_nacl(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.startswith("nacl"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_nacl)
+@pytest.mark.usefixtures("without_pynacl")
+def test_without_pynacl_cryptography_signs() -> None:
     private = Ed25519PrivateKey.generate()
     assert ed25519_signer(private) == private.sign
 

@@ -12,7 +12,6 @@ exactly what the reference answers:
 from __future__ import annotations
 
 import base64
-import builtins
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -80,15 +79,8 @@ def test_a_short_signature_is_never_read_from_the_message() -> None:
     assert not check(signature[:63], signature[63:] + message)
 
 
-def test_without_pynacl_cryptography_checks(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_import = builtins.__import__
-
-    def no_nacl(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.startswith("nacl"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_nacl)
+@pytest.mark.usefixtures("without_pynacl")
+def test_without_pynacl_cryptography_checks() -> None:
     private = Ed25519PrivateKey.generate()
     check = ed25519_verifier(private.public_key())
     assert check(private.sign(b"m"), b"m")

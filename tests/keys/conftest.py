@@ -1,0 +1,21 @@
+"""Fixtures of the key tests."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def without_pynacl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import nacl…`` raises ImportError for the rest of the test (cryptography alone)."""
+    real_import = builtins.__import__
+
+    def no_nacl(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("nacl"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_nacl)
