@@ -117,12 +117,7 @@ async def test_redeem_raw_is_single_use_and_logged(harness: Harness, tenant: str
     assert codes == [200] * 3 + [409] * 9, [a.text for a in answers]
     assert {a.json()["code"] for a in answers if a.status_code == 409} == {
         "already_redeemed"}
-    async with harness.db.read() as conn:
-        states = (await conn.execute(select(permits.c.status).where(
-            permits.c.tenant == tenant))).scalars().all()
-        kinds = (await conn.execute(select(audit_events.c.type).where(
-            audit_events.c.tenant == tenant, audit_events.c.type.like("permit.re%"))
-        )).scalars().all()
+    states, kinds = await _permit_outcomes(harness, tenant)
     assert sorted(states) == ["redeemed"] * 3
     assert sorted(kinds) == ["permit.redeemed"] * 3 + ["permit.refused"] * 9
     await _chain_holds(harness, tenant)
@@ -172,15 +167,21 @@ async def test_review_needs_core_after_a_raw_redeem_keeps_single_use(
     await asyncio.sleep(0.01)  # the first redeem queued first, in the same gathering batch
     answers = [await redeem(harness, runtime, tokens[1], "issue_refund", args), await first]
     assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
-    async with harness.db.read() as conn:
-        states = (await conn.execute(select(permits.c.status).where(
-            permits.c.tenant == tenant))).scalars().all()
-        kinds = (await conn.execute(select(audit_events.c.type).where(
-            audit_events.c.tenant == tenant, audit_events.c.type.like("permit.re%"))
-        )).scalars().all()
+    states, kinds = await _permit_outcomes(harness, tenant)
     assert sorted(states) == ["redeemed"] * 2
     assert sorted(kinds) == ["permit.redeemed"] * 2
     await _chain_holds(harness, tenant)
     if harness.db.is_sqlite:  # the UPDATE ran raw, then the batch was handed back
         assert order == ["update:1", "needs-core"], order
         assert harness.context.log_writer.stats.batches - before == 1  # one batch
+
+
+async def _permit_outcomes(harness: Any, tenant: str) -> tuple[list[str], list[str]]:
+    """``tenant``'s permit statuses and its ``permit.re…`` event types."""
+    async with harness.db.read() as conn:
+        states = (await conn.execute(select(permits.c.status).where(
+            permits.c.tenant == tenant))).scalars().all()
+        kinds = (await conn.execute(select(audit_events.c.type).where(
+            audit_events.c.tenant == tenant, audit_events.c.type.like("permit.re%"))
+        )).scalars().all()
+    return list(states), list(kinds)
