@@ -162,12 +162,14 @@ async def test_expire_due_sweeps_at_the_instant_and_logs(
             return str((await conn.execute(select(approvals_table.c.status).where(
                 approvals_table.c.id == approval_id))).scalar_one())
 
-    # The sweep is global; other tests' rows may share a PostgreSQL database.
-    await requests.expire_due(deps.db, T0 + timedelta(seconds=5, microseconds=-1))
+    # Swept for this tenant: on the shared PostgreSQL database other tests leave pending
+    # rows due long before T0, and a global sweep (500 rows a call) may not reach this one.
+    assert await requests.expire_due(
+        deps.db, T0 + timedelta(seconds=5, microseconds=-1), tenant=tenant) == 0
     assert await stored_status() == "pending"
-    assert await requests.expire_due(deps.db, T0 + timedelta(seconds=5)) >= 1
+    assert await requests.expire_due(deps.db, T0 + timedelta(seconds=5), tenant=tenant) == 1
     assert await stored_status() == "expired"
-    await requests.expire_due(deps.db, T0 + timedelta(seconds=6))
+    assert await requests.expire_due(deps.db, T0 + timedelta(seconds=6), tenant=tenant) == 0
     clock.advance(seconds=5)
     with pytest.raises(ApprovalStateError) as err:
         await approvals.review(deps, person(tenant, "alice", "finance"), approval_id,
