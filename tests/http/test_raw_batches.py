@@ -106,10 +106,7 @@ async def test_redeem_raw_is_single_use_and_logged(harness: Harness, tenant: str
             return out
 
     monkeypatch.setattr(redeem_module, "_REDEEM_RAW", Spy())
-    tokens = []
-    for i in range(3):
-        made = await decide(harness, runtime, decision_request(run={"id": f"run-{i}"}))
-        tokens.append(made["permit"]["token"])
+    tokens = await _permits(harness, runtime, 3, "run")
     args = decision_request()["args"]
     answers = await asyncio.gather(*(redeem(harness, runtime, token, "issue_refund", args)
                                      for token in tokens for _ in range(4)))
@@ -157,10 +154,7 @@ async def test_review_needs_core_after_a_raw_redeem_keeps_single_use(
 
     monkeypatch.setattr(redeem_module, "_STANDING_REJECTION_RAW", Spy())
     monkeypatch.setattr(redeem_module, "_REDEEM_RAW", UpdateSpy())
-    tokens = []
-    for i in range(2):
-        made = await decide(harness, runtime, decision_request(run={"id": f"run-nc-{i}"}))
-        tokens.append(made["permit"]["token"])
+    tokens = await _permits(harness, runtime, 2, "run-nc")
     args = decision_request()["args"]
     before = harness.context.log_writer.stats.batches
     first = asyncio.ensure_future(redeem(harness, runtime, tokens[0], "issue_refund", args))
@@ -185,3 +179,12 @@ async def _permit_outcomes(harness: Any, tenant: str) -> tuple[list[str], list[s
             audit_events.c.tenant == tenant, audit_events.c.type.like("permit.re%"))
         )).scalars().all()
     return list(states), list(kinds)
+
+
+async def _permits(harness: Any, runtime: dict[str, str], count: int, run: str) -> list[str]:
+    """``count`` allowed decisions' permit tokens, each in its own run ``{run}-{i}``."""
+    tokens = []
+    for i in range(count):
+        made = await decide(harness, runtime, decision_request(run={"id": f"{run}-{i}"}))
+        tokens.append(made["permit"]["token"])
+    return tokens

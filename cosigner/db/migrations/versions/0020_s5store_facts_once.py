@@ -54,11 +54,7 @@ def upgrade() -> None:
 
     _rewrite_responses(repack)
     _convert_hashes(upgrade=True)
-    if op.get_bind().dialect.name == "sqlite":
-        for table in TABLES:
-            with op.batch_alter_table(table, recreate="always",
-                                      table_kwargs={"sqlite_with_rowid": False}):
-                pass
+    _recreate_tables(with_rowid=False)
 
 
 def downgrade() -> None:
@@ -70,12 +66,18 @@ def downgrade() -> None:
 
     _rewrite_responses(unpack)
     _convert_hashes(upgrade=False)
-    if op.get_bind().dialect.name == "sqlite":
-        for table in TABLES:
-            # Explicit: the copy would otherwise keep the reflected WITHOUT ROWID.
-            with op.batch_alter_table(table, recreate="always",
-                                      table_kwargs={"sqlite_with_rowid": True}):
-                pass
+    _recreate_tables(with_rowid=True)
+
+
+def _recreate_tables(*, with_rowid: bool) -> None:
+    """SQLite: copy the :data:`TABLES` into tables with or without a rowid (explicit both
+    ways: a copy would otherwise keep the reflected ``WITHOUT ROWID``)."""
+    if op.get_bind().dialect.name != "sqlite":
+        return
+    for table in TABLES:
+        with op.batch_alter_table(table, recreate="always",
+                                  table_kwargs={"sqlite_with_rowid": with_rowid}):
+            pass
 
 
 #: Hash columns stored as digests: (table, its key column, a key below every key, columns)
