@@ -1,4 +1,4 @@
-"""Server CPU per redeem or ``require_approval`` decision, in process, without uvicorn.
+"""Server CPU per allow, redeem or ``require_approval`` decision, in process, without uvicorn.
 
 The whole ASGI app (middlewares, the lean route, the use case, the group commit with its
 COMMIT thread) serves synthetic requests from ``--c`` concurrent tasks; the figure is the
@@ -10,6 +10,7 @@ another checkout with ``--code DIR`` (e.g. a ``git archive`` of main) to compare
     .venv/bin/python bench/hot_cost.py --system redeem [--n 1500] [--c 16] [--rounds 2]
     .venv/bin/python bench/hot_cost.py --system approval --code /tmp/main-archive
 
+``allow``: amount 5000 on a new run per request (an allow with its permit).
 ``redeem``: before each round, ``--n`` permits are minted through the allow path (not
 measured), then each is redeemed once. ``approval``: amount 150000 on a new run per
 request, so each opens its own approval request. A fresh SQLite file per run.
@@ -102,7 +103,8 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path) -> list[float
                         "permit": made["permit"]["token"], "tool": "issue_refund",
                         "args": ARGS}).encode()))
             else:
-                work = [("/v1/decisions", _decision(f"{tag}-{i}", 150_000)) for i in range(n)]
+                amount = 5000 if args.system == "allow" else 150_000
+                work = [("/v1/decisions", _decision(f"{tag}-{i}", amount)) for i in range(n)]
             queue = iter(work)
 
             async def worker(queue: Any) -> None:
@@ -120,7 +122,7 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path) -> list[float
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--system", choices=["redeem", "approval"], default="redeem")
+    parser.add_argument("--system", choices=["allow", "redeem", "approval"], default="redeem")
     parser.add_argument("--code", default=str(Path(__file__).resolve().parent.parent),
                         help="the checkout to measure (its cosigner package is imported)")
     parser.add_argument("--n", type=int, default=1500)

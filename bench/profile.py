@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.servers import BENCH, ROOT, SetupError  # noqa: E402
+from bench.servers import BENCH, ROOT, SetupError, ensure_wrk  # noqa: E402
 from bench.systems import System, selected  # noqa: E402
 from bench.wrkrun import run_wrk  # noqa: E402
 
@@ -131,6 +131,7 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16)
     args = parser.parse_args()
     system = next(s for s in selected(args.system) if s.name == args.system)
+    ensure_wrk()
     if system.skip:
         sys.exit(f"{system.name}: {system.skip}")
     system.deployment.prepare()
