@@ -15,6 +15,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -43,6 +44,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="afterwards, profile allow-py under load with py-spy "
                              "(bench/profile.py) and print where the time goes")
+    parser.add_argument("--no-extras", action="store_true",
+                        help="skip the idle-RSS and storage rows printed after the table "
+                             "(bench/idle_rss.py, bench/storage.py)")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench",
                         help="folder for the raw JSON and the Markdown table")
     args = parser.parse_args(argv)
@@ -105,6 +109,30 @@ def measure(system: System, round_no: int, seconds: float,
     return cells
 
 
+#: Issue 20's targets measured outside wrk: (label, script and arguments, line prefix kept).
+EXTRAS = (
+    ("idle RSS of a Python-rules-only server", ["bench/idle_rss.py"], "idle RSS"),
+    ("storage per allow decision, 5,000 decisions", ["bench/storage.py", "--decisions",
+                                                     "5000"], "allow decisions:"),
+)
+
+
+def extras() -> str:
+    """The rows of the issue-20 targets that are not throughput (idle RSS ≤ 80 MB,
+    ≤ 2 KB per allow decision), measured after the table by their own scripts (each a
+    fresh server or database), as Markdown list items."""
+    lines = ["", "Other targets (after the table, nothing else of this run running):"]
+    for label, command, prefix in EXTRAS:
+        print(f"extra: {label}", flush=True)
+        done = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True,
+                              text=True)
+        found = [line for line in done.stdout.splitlines() if line.startswith(prefix)]
+        result = found[-1] if done.returncode == 0 and found else (
+            f"**FAILED** (exit {done.returncode}): {done.stderr.strip()[-300:]}")
+        lines.append(f"- {label} (`{' '.join(command)}`): {result}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     ensure_wrk()
@@ -147,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = table.rows(systems, results, CONCURRENCY)
     text = table.render(rows, systems, started, args)
+    if not args.no_extras:
+        text += extras()
     print()
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
