@@ -28,9 +28,9 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select, text
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.core.clock import Clock
 from cosigner.core.settings import Settings, decode_kek
@@ -40,6 +40,9 @@ from cosigner.db.tables_keys import signing_keys
 from cosigner.keys.ed25519 import Ed25519Key, aes256gcm_decrypt, aes256gcm_encrypt
 from cosigner.keys.folder import read_key_folder
 from cosigner.keys.keyring import ALGORITHM, KeyInfo, Keyring, KeyringError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 __all__ = ["KEK_FILE", "KeyStore", "KeyringFollower", "Rotation", "load_kek", "open_keyring"]
 
