@@ -162,3 +162,44 @@ def test_a_key_file_written_with_joserfc_is_read_and_signs_the_same(tmp_path: Pa
         json.loads(base64.urlsafe_b64decode(header + "==")),
         base64.urlsafe_b64decode(payload + "=="), reference, algorithms=["Ed25519"])
     assert token == expected
+
+
+def test_keys_sealed_by_earlier_versions_unseal_and_new_seals_open_with_cryptography() -> None:
+    """Rows sealed with cryptography's AESGCM (every earlier version) open unchanged, and
+    what is sealed now opens with cryptography (a replica without PyNaCl)."""
+    from cosigner.keys.store import seal, unseal
+
+    kek, kid, raw = bytes(range(32)), "kid-1", bytes(range(100, 132))
+    nonce = bytes(12)
+    assert unseal(kek, kid, nonce + AESGCM(kek).encrypt(nonce, raw, kid.encode())) == raw
+    sealed = seal(kek, kid, raw)
+    assert AESGCM(kek).decrypt(sealed[:12], sealed[12:], kid.encode()) == raw
+
+
+def _signed_token(jwk: dict[str, Any]) -> str:
+    from datetime import UTC, datetime, timedelta
+
+    from cosigner.keys.material import KeyInfo
+
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    key = Ed25519Key.import_key(jwk)
+    info = KeyInfo(kid=key.thumbprint(), created_at=now - timedelta(seconds=1))
+    keyring = Keyring.from_keys([(key, info)], now=now, max_token_lifetime_s=60)
+    token = keyring.sign({"n": 1, "text": "é"}, typ="t")
+    assert keyring.verify(token, typ="t", now=now)["n"] == 1
+    return token
+
+
+@pytest.fixture
+def nacl_token() -> tuple[dict[str, Any], str]:
+    jwk = Ed25519Key.generate().as_dict(private=True)
+    return jwk, _signed_token(jwk)
+
+
+def test_without_pynacl_the_keyring_signs_the_same_token(
+        nacl_token: tuple[dict[str, Any], str], without_pynacl: None) -> None:
+    """``nacl_token`` is made first (argument order), with PyNaCl."""
+    jwk, token = nacl_token
+    with pytest.raises(ImportError):
+        import nacl.bindings  # noqa: F401
+    assert _signed_token(jwk) == token
