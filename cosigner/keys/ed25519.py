@@ -85,6 +85,8 @@ class Ed25519Key:
             ValueError: a member missing or not a string, not canonical base64url, not 32
                 bytes, not an Ed25519 OKP key (or joserfc's ``JoseError``, as ValueError).
         """
+        if not isinstance(jwk.get("kty"), str):
+            raise ValueError("'kty' is required")  # joserfc's rule (its value is replaced)
         data = {**jwk, "kty": "OKP"}
         if not data.keys() <= _PLAIN_MEMBERS:
             _joserfc_check(dict(jwk))
