@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from cosigner.approvals.requests import expire_due
 from cosigner.audit.checkpoints import Checkpointer
@@ -36,8 +37,10 @@ from cosigner.db import generations
 from cosigner.db.replica_sync import ReplicaSync
 from cosigner.keys.store import KeyringFollower
 from cosigner.policy.follower import PolicyFollower
-from cosigner.slack.messages import MessageSync
-from cosigner.webhooks.worker import WebhookWorker
+
+if TYPE_CHECKING:  # imported below when configured (idle memory, issue 20)
+    from cosigner.slack.messages import MessageSync
+    from cosigner.webhooks.worker import WebhookWorker
 
 log = logging.getLogger("cosigner.tasks")
 
@@ -51,11 +54,17 @@ class Tasks:
         self.checkpointer = Checkpointer(
             ctx.db, ctx.keyring, ctx.clock,
             every_events=settings.checkpoint_every_events, every_s=settings.checkpoint_every_s)
-        self.webhook_worker: WebhookWorker | None = (
-            WebhookWorker(ctx.db, settings, ctx.clock, backlog=ctx.webhook_backlog)
-            if settings.webhooks else None)
-        self.slack_sync: MessageSync | None = (
-            MessageSync(ctx.db, settings, ctx.clock) if settings.slack else None)
+        self.webhook_worker: WebhookWorker | None = None
+        if settings.webhooks:
+            from cosigner.webhooks.worker import WebhookWorker
+
+            self.webhook_worker = WebhookWorker(ctx.db, settings, ctx.clock,
+                                                backlog=ctx.webhook_backlog)
+        self.slack_sync: MessageSync | None = None
+        if settings.slack:
+            from cosigner.slack.messages import MessageSync
+
+            self.slack_sync = MessageSync(ctx.db, settings, ctx.clock)
         self._loops: list[asyncio.Task[None]] = []
         self.policy_follower = PolicyFollower(ctx.store, ctx.db, ctx.clock)
         self.replica_sync = ReplicaSync(ctx.db, clock=ctx.clock)

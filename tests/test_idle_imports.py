@@ -14,9 +14,11 @@ from tests.conftest import ROOT, TEST_KEK
 
 #: Loaded only when used: a Rego bundle, an OPA bundle, a Slack call or request, an OIDC
 #: sign-in, a passkey route, a webhook delivery, a migration (run in a child), a page, a
-#: tool's first argument check (the compiled validator; bundle load checks with jsonschema).
+#: tool's first argument check (the compiled validator; bundle load checks with jsonschema),
+#: cryptography and joserfc (the keyring signs, verifies and unseals on PyNaCl; OIDC loads
+#: joserfc on the first sign-in).
 OPTIONAL = ("regopy", "opa_client", "aiohttp", "slack_sdk", "authlib", "httpx", "webauthn",
-            "alembic", "mako", "jinja2", "jsonschema_rs",
+            "alembic", "mako", "jinja2", "jsonschema_rs", "cryptography", "joserfc",
             # the other commands of the command line (``cosigner serve`` parses only its own)
             "cosigner.cli.accounts", "cosigner.cli.audit", "cosigner.cli.demo",
             "cosigner.cli.init", "cosigner.cli.policy", "cosigner.cli.reads")

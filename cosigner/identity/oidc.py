@@ -33,16 +33,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from joserfc import jws, jwt
-from joserfc.errors import BadSignatureError, JoseError
-from joserfc.jwk import KeySet
-
 from cosigner.core.errors import SignInRefused
 from cosigner.core.settings import OidcProvider
 
-if TYPE_CHECKING:  # httpx and Authlib load on the first sign-in, not with the app
+if TYPE_CHECKING:  # httpx, Authlib and joserfc load on the first sign-in, not with the app
     import httpx
     from authlib.integrations.httpx_client import AsyncOAuth2Client
+    from joserfc.jwk import KeySet
 
 #: Discovery documents and key sets are refetched after this long (s).
 METADATA_TTL_S = 3600
@@ -172,6 +169,9 @@ class OidcClients:
                 if age < (self._refetch_s if refresh else METADATA_TTL_S):
                     return cached[1]
             doc = await self._get_json(meta.jwks_uri)
+            from joserfc.errors import JoseError
+            from joserfc.jwk import KeySet
+
             try:
                 keys = KeySet.import_key_set(doc)  # type: ignore[arg-type]
             except (JoseError, ValueError, TypeError, KeyError) as exc:
@@ -239,6 +239,9 @@ class OidcClients:
                 ``oidc_wrong_audience``, ``oidc_expired``, ``oidc_nonce_mismatch``,
                 ``oidc_bad_token``.
         """
+        from joserfc import jws, jwt
+        from joserfc.errors import BadSignatureError, JoseError
+
         keys = await self.key_set(meta)
         try:
             header = jws.extract_compact(id_token.encode()).protected

@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from joserfc.errors import JoseError
-from joserfc.jwk import OKPKey
 
+from cosigner.keys.ed25519 import Ed25519Key
 from cosigner.keys.material import KeyInfo, KeyringError, utc
 
 logger = logging.getLogger(__name__)
@@ -38,7 +37,7 @@ _FILE_FORMAT = 1
 _KID = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url SHA-256 thumbprint, as we generate them
 
 
-def read_key_folder(key_dir: Path) -> list[tuple[OKPKey, KeyInfo]]:
+def read_key_folder(key_dir: Path) -> list[tuple[Ed25519Key, KeyInfo]]:
     """Every key file of ``key_dir`` (the pre-database format above), oldest first;
     nothing is written. An absent folder holds no keys.
 
@@ -83,7 +82,7 @@ def parse_time(document: dict[str, Any], name: str, *, path: Path) -> datetime |
         raise KeyringError(f"{path.name}: bad {name}") from exc
 
 
-def write_key_file(key_dir: Path, key: OKPKey, info: KeyInfo) -> None:
+def write_key_file(key_dir: Path, key: Ed25519Key, info: KeyInfo) -> None:
     """Write ``<kid>.json`` atomically (temp file, fsync, rename, fsync folder), mode 0600."""
     document = {
         "format": _FILE_FORMAT,
@@ -114,7 +113,7 @@ def write_key_file(key_dir: Path, key: OKPKey, info: KeyInfo) -> None:
         os.close(dir_fd)
 
 
-def read_key_file(path: Path) -> tuple[OKPKey, KeyInfo]:
+def read_key_file(path: Path) -> tuple[Ed25519Key, KeyInfo]:
     tighten(path, 0o600)
     try:
         document = json.loads(path.read_bytes())
@@ -126,8 +125,8 @@ def read_key_file(path: Path) -> tuple[OKPKey, KeyInfo]:
     if not isinstance(jwk, dict) or jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
         raise KeyringError(f"{path.name}: not an Ed25519 JWK")
     try:
-        key = OKPKey.import_key(jwk)
-    except (JoseError, ValueError) as exc:
+        key = Ed25519Key.import_key(jwk)
+    except ValueError as exc:
         raise KeyringError(f"{path.name}: invalid JWK") from exc
     kid = key.thumbprint()
     if document.get("kid") != kid or path.name != f"{kid}.json" or not _KID.fullmatch(kid):

@@ -36,13 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-)
-from joserfc.jwk import OKPKey
 
 from cosigner.core import fastjson
 from cosigner.core.errors import PermitRefused
+from cosigner.keys.ed25519 import Ed25519Key, ed25519_signer
 from cosigner.keys.folder import locked, read_key_file, tighten, write_key_file
 from cosigner.keys.material import (
     ALGORITHM,
@@ -51,7 +48,6 @@ from cosigner.keys.material import (
     KeyInfo,
     KeyringError,
     check_lifetime,
-    ed25519_signer,
     generate_key,
     is_published,
     make_entry,
@@ -84,7 +80,7 @@ class Keyring:
     def __init__(
         self,
         *,
-        signing_key: OKPKey,
+        signing_key: Ed25519Key,
         entries: dict[str, Entry],
         current_kid: str,
         max_token_lifetime_s: int,
@@ -98,7 +94,7 @@ class Keyring:
         self._max_lifetime = timedelta(seconds=max_token_lifetime_s)
         self._key_dir = key_dir
         # Keys held by a keyring built with from_keys(): re-planned by advance()/install().
-        self._material: tuple[tuple[OKPKey, KeyInfo], ...] = ()
+        self._material: tuple[tuple[Ed25519Key, KeyInfo], ...] = ()
         self._next_change: datetime | None = None
         self._refresh: Callable[[], Awaitable[bool]] | None = None
 
@@ -173,7 +169,7 @@ class Keyring:
         )
 
     @classmethod
-    def from_keys(cls, keys: Sequence[tuple[OKPKey, KeyInfo]], *, now: datetime,
+    def from_keys(cls, keys: Sequence[tuple[Ed25519Key, KeyInfo]], *, now: datetime,
                   max_token_lifetime_s: int) -> Keyring:
         """A keyring over ``keys`` (private or public-only OKP keys with their metadata).
 
@@ -191,7 +187,7 @@ class Keyring:
         keyring._material, keyring._next_change = tuple(keys), next_change
         return keyring
 
-    def install(self, keys: Sequence[tuple[OKPKey, KeyInfo]], *, now: datetime) -> None:
+    def install(self, keys: Sequence[tuple[Ed25519Key, KeyInfo]], *, now: datetime) -> None:
         """Replace the keys held by ``keys`` (a reload from storage), planned at ``now``
         as in :meth:`from_keys`. Raises :class:`KeyringError` like it, changing nothing."""
         signing_key, current_kid, entries, next_change = _plan(keys, utc(now))
@@ -216,7 +212,7 @@ class Keyring:
         a retried verification may now find a key another replica just published."""
         return self._refresh is not None and await self._refresh()
 
-    def _swap(self, signing_key: OKPKey, current_kid: str, entries: dict[str, Entry]) -> None:
+    def _swap(self, signing_key: Ed25519Key, current_kid: str, entries: dict[str, Entry]) -> None:
         # Whole objects, each assigned once, with no await in between: a verify or sign on
         # the event loop sees the old plan or the new one, never a mix.
         self._entries = entries
@@ -283,8 +279,8 @@ class Keyring:
         Protected header: exactly ``{"alg": <the key's alg>, "kid": <current kid>, "typ":
         typ}``.
         """
-        # RFC 7515 §7.1 composed here (the signature is cryptography's Ed25519, which is
-        # deterministic): joserfc's serialize_compact gives the same bytes, at several
+        # RFC 7515 §7.1 composed here (Ed25519 is deterministic; libsodium or cryptography,
+        # cosigner.keys.ed25519): joserfc's serialize_compact gives the same bytes, at several
         # times the cost on the decision path (tests/test_keys.py compares the two).
         key, kid = self._signing_key, self._current_kid
         header = self._headers.get((kid, typ))
@@ -294,10 +290,9 @@ class Keyring:
         signing_input = header + b"." + _b64url(orjson.dumps(claims))
         signer = self._signers.get(kid)
         if signer is None:  # the kid is the key's thumbprint: one signer per kid
-            private = key.private_key
-            if not isinstance(private, Ed25519PrivateKey):
+            if key.seed is None:
                 raise KeyringError("the current signing key is not an Ed25519 private key")
-            signer = self._signers[kid] = ed25519_signer(private)
+            signer = self._signers[kid] = ed25519_signer(key.seed)
         signature = signer(signing_input)
         return (signing_input + b"." + _b64url(signature)).decode("ascii")
 
@@ -356,11 +351,11 @@ class Keyring:
 # --- helpers ----------------------------------------------------------------------------
 
 
-def _plan(keys: Sequence[tuple[OKPKey, KeyInfo]], now: datetime
-          ) -> tuple[OKPKey, str, dict[str, Entry], datetime | None]:
+def _plan(keys: Sequence[tuple[Ed25519Key, KeyInfo]], now: datetime
+          ) -> tuple[Ed25519Key, str, dict[str, Entry], datetime | None]:
     """(signing key, its kid, published entries, next instant the plan changes) at ``now``."""
     entries: dict[str, Entry] = {}
-    signer: tuple[OKPKey, KeyInfo] | None = None
+    signer: tuple[Ed25519Key, KeyInfo] | None = None
     changes: list[datetime] = []
     for key, info in keys:
         if info.not_after is not None and info.not_after <= now:

@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from joserfc.jwk import OKPKey
+from cosigner.keys.ed25519 import Ed25519Key, ed25519_verifier
 
 ALGORITHM = "Ed25519"
 """The default JWS ``alg`` of a key (RFC 9864's fully specified identifier)."""
@@ -66,7 +64,7 @@ class KeyInfo:
 @dataclass(frozen=True, slots=True)
 class Entry:
     info: KeyInfo
-    verify_key: OKPKey  # public part only
+    verify_key: Ed25519Key  # public part only
     public_jwk: dict[str, str]  # JWKS entry, built once
     #: ``check(signature, message)`` → valid (:func:`ed25519_verifier`), built once.
     check: Callable[[bytes, bytes], bool] | None = None
@@ -89,25 +87,22 @@ def is_published(entry: Entry, now: datetime) -> bool:
     return entry.info.not_after is None or now < entry.info.not_after
 
 
-def generate_key() -> OKPKey:
-    return OKPKey.generate_key("Ed25519", private=True, auto_kid=False)
+def generate_key() -> Ed25519Key:
+    return Ed25519Key.generate()
 
 
-def make_entry(key: OKPKey, info: KeyInfo) -> Entry:
-    public = key.as_dict(private=False)
-    verify_key = OKPKey.import_key(public)
+def make_entry(key: Ed25519Key, info: KeyInfo) -> Entry:
+    verify_key = key.public()
     jwk = {
         "kty": "OKP",
         "crv": "Ed25519",
-        "x": str(public["x"]),
+        "x": str(verify_key.as_dict()["x"]),
         "kid": info.kid,
         "alg": info.alg,
         "use": "sig",
     }
-    public_key = verify_key.public_key
-    check = (ed25519_verifier(public_key) if isinstance(public_key, Ed25519PublicKey)
-             else None)
-    return Entry(info=info, verify_key=verify_key, public_jwk=jwk, check=check)
+    return Entry(info=info, verify_key=verify_key, public_jwk=jwk,
+                 check=ed25519_verifier(key.x))
 
 
 def retire(info: KeyInfo, *, at: datetime, lifetime: timedelta) -> KeyInfo:
@@ -115,73 +110,3 @@ def retire(info: KeyInfo, *, at: datetime, lifetime: timedelta) -> KeyInfo:
     if info.not_after is not None and info.not_after > not_after:
         not_after = info.not_after
     return replace(info, retired_at=at, not_after=not_after)
-
-
-def ed25519_signer(private: Any) -> Callable[[bytes], bytes]:
-    """A function signing bytes with ``private`` (cryptography's ``Ed25519PrivateKey``).
-
-    Ed25519 (RFC 8032) is deterministic: the same key and message give the same 64-byte
-    signature in every correct implementation. With PyNaCl installed the signature comes
-    from libsodium (``crypto_sign``, about two thirds of cryptography's cost per permit on
-    the bench machine); without it, from ``private.sign``. tests/keys/test_signer.py checks
-    both give identical bytes.
-    """
-    try:
-        from nacl.bindings import crypto_sign, crypto_sign_seed_keypair
-    except ImportError:  # PyNaCl is optional
-        return cast(Callable[[bytes], bytes], private.sign)
-    from cryptography.hazmat.primitives.serialization import (
-        Encoding,
-        NoEncryption,
-        PrivateFormat,
-    )
-
-    seed = private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-    _, secret = crypto_sign_seed_keypair(seed)
-
-    def sign(message: bytes) -> bytes:
-        return bytes(crypto_sign(message, secret)[:64])
-
-    return sign
-
-
-def ed25519_verifier(public: Any) -> Callable[[bytes, bytes], bool]:
-    """``check(signature, message)``: True when ``signature`` is ``public``'s Ed25519
-    signature of ``message`` (cryptography's ``Ed25519PublicKey``).
-
-    With PyNaCl installed the check is libsodium's (``crypto_sign_open``, about half of
-    cryptography's cost per redeem on the bench machine), else ``public.verify``. A
-    signature that is not 64 bytes is refused before libsodium sees it (it reads the
-    first 64 bytes of signature + message as the signature). libsodium refuses a few
-    encodings OpenSSL accepts (small-order ``R``, non-canonical or small-order keys);
-    none of them is a signature of an honest key's holder, and
-    tests/keys/test_signer.py checks both agree on genuine and altered signatures.
-    """
-    from cryptography.exceptions import InvalidSignature
-
-    def check_cryptography(signature: bytes, message: bytes) -> bool:
-        try:
-            public.verify(signature, message)
-        except InvalidSignature:
-            return False
-        return True
-
-    try:
-        from nacl.bindings import crypto_sign_open
-        from nacl.exceptions import BadSignatureError
-    except ImportError:  # PyNaCl is optional
-        return check_cryptography
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-    raw = public.public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-    def check(signature: bytes, message: bytes) -> bool:
-        if len(signature) != 64:
-            return False
-        try:
-            crypto_sign_open(signature + message, raw)
-        except BadSignatureError:
-            return False
-        return True
-
-    return check

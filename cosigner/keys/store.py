@@ -28,21 +28,21 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from joserfc.errors import JoseError
-from joserfc.jwk import OKPKey
 from sqlalchemy import delete, select, text
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.core.clock import Clock
 from cosigner.core.settings import Settings, decode_kek
 from cosigner.db import generations
 from cosigner.db.database import Database
 from cosigner.db.tables_keys import signing_keys
+from cosigner.keys.ed25519 import Ed25519Key, aes256gcm_decrypt, aes256gcm_encrypt
 from cosigner.keys.folder import read_key_folder
 from cosigner.keys.keyring import ALGORITHM, KeyInfo, Keyring, KeyringError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 __all__ = ["KEK_FILE", "KeyStore", "KeyringFollower", "Rotation", "load_kek", "open_keyring"]
 
@@ -87,15 +87,18 @@ def load_kek(settings: Settings) -> bytes:
 def seal(kek: bytes, kid: str, private: bytes) -> bytes:
     """AES-256-GCM of ``private`` with a random nonce, the kid as associated data."""
     nonce = os.urandom(_NONCE_BYTES)
-    return nonce + AESGCM(kek).encrypt(nonce, private, kid.encode())
+    return nonce + aes256gcm_encrypt(kek, nonce, private, kid.encode())
 
 
 def unseal(kek: bytes, kid: str, sealed: bytes) -> bytes:
     """Inverse of :func:`seal`. Raises :class:`KeyringError` when the KEK (or the row)
     is not the one it was sealed with."""
     try:
-        return AESGCM(kek).decrypt(sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:], kid.encode())
-    except (InvalidTag, ValueError) as exc:
+        if len(sealed) < _NONCE_BYTES:
+            raise ValueError("sealed key shorter than its nonce")
+        return aes256gcm_decrypt(kek, sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:],
+                                 kid.encode())
+    except ValueError as exc:
         raise KeyringError(
             f"cannot decrypt signing key {kid}: the key-encryption key "
             "(COSIGNER_KEY_ENCRYPTION_KEY, or key_dir/key-encryption-key) is not the one "
@@ -124,7 +127,7 @@ class KeyStore:
         self._lifetime = timedelta(seconds=max_token_lifetime_s)
         self._delay = timedelta(seconds=activation_delay_s)
         self._key_dir = key_dir
-        self._opened: dict[str, OKPKey] = {}  # kid → key as last built from its row
+        self._opened: dict[str, Ed25519Key] = {}  # kid → key as last built from its row
 
     @property
     def max_token_lifetime_s(self) -> int:
@@ -152,7 +155,7 @@ class KeyStore:
             keys = await self._read(conn)
         return Keyring.from_keys(keys, now=now, max_token_lifetime_s=self.max_token_lifetime_s)
 
-    async def load(self) -> list[tuple[OKPKey, KeyInfo]]:
+    async def load(self) -> list[tuple[Ed25519Key, KeyInfo]]:
         """Every stored key (for :meth:`Keyring.install`)."""
         async with self._db.read() as conn:
             return await self._read(conn)
@@ -190,14 +193,14 @@ class KeyStore:
     def _not_after(self, retired_at: datetime) -> datetime:
         return retired_at + self._lifetime + self._delay
 
-    async def _insert(self, conn: AsyncConnection, key: OKPKey, *, created_at: datetime,
+    async def _insert(self, conn: AsyncConnection, key: Ed25519Key, *, created_at: datetime,
                       activates_at: datetime, retired_at: datetime | None = None,
                       not_after: datetime | None = None, alg: str = ALGORITHM) -> None:
         kid = key.thumbprint()
         sealed = None
         if key.is_private and retired_at is None:
-            private = base64.urlsafe_b64decode(_padded(str(key.as_dict(private=True)["d"])))
-            sealed = seal(self._kek, kid, private)
+            assert key.seed is not None
+            sealed = seal(self._kek, kid, key.seed)
         await conn.execute(signing_keys.insert().values(
             kid=kid, x=str(key.as_dict(private=False)["x"]), private_sealed=sealed,
             created_at=created_at, activates_at=activates_at, retired_at=retired_at,
@@ -230,7 +233,7 @@ class KeyStore:
             signing_keys.c.retired_at <= now, signing_keys.c.private_sealed.is_not(None))
             .values(private_sealed=None))
 
-    async def _read(self, conn: AsyncConnection) -> list[tuple[OKPKey, KeyInfo]]:
+    async def _read(self, conn: AsyncConnection) -> list[tuple[Ed25519Key, KeyInfo]]:
         rows = (await conn.execute(select(signing_keys))).all()
         result = []
         for row in rows:
@@ -241,7 +244,7 @@ class KeyStore:
             result.append((self._key_of(row.kid, row.x, row.private_sealed), info))
         return result
 
-    def _key_of(self, kid: str, x: str, sealed: bytes | None) -> OKPKey:
+    def _key_of(self, kid: str, x: str, sealed: bytes | None) -> Ed25519Key:
         known = self._opened.get(kid)
         if known is not None and (sealed is None or known.is_private):
             return known if sealed is not None else _public(known)
@@ -250,8 +253,8 @@ class KeyStore:
             private = unseal(self._kek, kid, bytes(sealed))
             jwk["d"] = base64.urlsafe_b64encode(private).rstrip(b"=").decode()
         try:
-            key = OKPKey.import_key(jwk)
-        except (JoseError, ValueError) as exc:
+            key = Ed25519Key.import_key(jwk)
+        except ValueError as exc:
             raise KeyringError(f"signing key {kid}: invalid key in the database") from exc
         if key.thumbprint() != kid:
             raise KeyringError(f"signing key {kid}: kid does not match the key")
@@ -318,16 +321,12 @@ async def _lock(conn: AsyncConnection) -> None:
         await conn.execute(text("LOCK TABLE signing_keys IN SHARE ROW EXCLUSIVE MODE"))
 
 
-def _new_key() -> OKPKey:
-    return OKPKey.generate_key("Ed25519", private=True, auto_kid=False)
+def _new_key() -> Ed25519Key:
+    return Ed25519Key.generate()
 
 
-def _public(key: OKPKey) -> OKPKey:
-    return OKPKey.import_key(key.as_dict(private=False))
-
-
-def _padded(text_: str) -> str:
-    return text_ + "=" * (-len(text_) % 4)
+def _public(key: Ed25519Key) -> Ed25519Key:
+    return key.public()
 
 
 def _aware(value: datetime) -> datetime:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from cosigner.keys.ed25519 import _nacl_aead
+
 
 @pytest.fixture
-def without_pynacl(monkeypatch: pytest.MonkeyPatch) -> None:
+def without_pynacl(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``import nacl…`` raises ImportError for the rest of the test (cryptography alone)."""
     real_import = builtins.__import__
 
@@ -19,3 +22,6 @@ def without_pynacl(monkeypatch: pytest.MonkeyPatch) -> None:
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_nacl)
+    _nacl_aead.cache_clear()  # the AES-GCM choice is remembered per process
+    yield
+    _nacl_aead.cache_clear()
