@@ -159,7 +159,7 @@ def _refuse(value: Any) -> NoReturn:
     raise TypeError
 
 
-def _exact(value: dict[str, Any] | list[Any]) -> bool:
+def _exact(value: Any) -> bool:
     """Every value under ``value`` (keys aside) is exactly a dict, list, str, int, bool
     or None."""
     for item in value.values() if type(value) is dict else value:

@@ -33,7 +33,7 @@ class Size(enum.IntEnum):
     BIG = 2
 
 
-class Mood(str, enum.Enum):
+class Mood(enum.StrEnum):
     CALM = "calm"
 
 
