@@ -15,9 +15,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Dialect
@@ -52,8 +51,7 @@ from cosigner.runs import contracts
 log = logging.getLogger("cosigner.decisions")
 
 
-@dataclass(frozen=True, slots=True)
-class DecisionRequest:
+class DecisionRequest(NamedTuple):
     """A validated DecisionRequest v1. ``args``/``context`` are exactly the parsed JSON."""
 
     request_id: str

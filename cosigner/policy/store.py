@@ -19,7 +19,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cosigner.core import tracing
 from cosigner.core.canonical import canonicalize, hash_bytes
@@ -40,8 +40,7 @@ class LoadError:
     version: str | None = None
 
 
-@dataclass(frozen=True)
-class Evaluation:
+class Evaluation(NamedTuple):
     """What one policy evaluation produced.
 
     ``policy`` is ``{id, version, revision}`` of the bundle that decided, or ``None``
