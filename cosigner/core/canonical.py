@@ -39,6 +39,7 @@ __all__ = [
     "MAX_SAFE_INTEGER",
     "args_hash",
     "canonicalize",
+    "canonicalize_member",
     "check_hashable",
     "hash_bytes",
     "parse_json",
@@ -287,11 +288,16 @@ def canonicalize(value: Any) -> bytes:
     string escaping is the same minimal set (``\\b \\f \\n \\r \\t \\" \\\\``
     and ``\\u00xx`` lowercase for other controls), and for BMP-only keys code point order is
     UTF-16 order. A hypothesis test in tests/test_canonical.py proves both paths agree.
+    An object or array is first tried by :func:`cosigner.core.fastjson.canonical`, which
+    proves the same bytes mostly inside orjson (tests/core/test_fastjson.py).
 
     Raises:
         InvalidJSON: as :func:`check_hashable` (run first); any ``rfc8785`` error is mapped to
             ``InvalidJSON`` too, so callers only ever see the domain error.
     """
+    fast = fastjson.canonical(value)
+    if fast is not None:
+        return fast
     if _checked(value):
         fast = fastjson.dumps_sorted(value)
         if fast is not None:
@@ -310,6 +316,13 @@ def canonicalize(value: Any) -> bytes:
         raise InvalidJSON(f"cannot canonicalize: {exc}", code="invalid_json") from None
     except RecursionError:
         raise InvalidJSON("value is nested too deeply", code="invalid_json") from None
+
+
+def canonicalize_member(whole: Any, key: str) -> tuple[bytes, bytes] | None:
+    """``(canonicalize(whole[key]), canonicalize(whole))`` from one proof over ``whole``
+    (:func:`cosigner.core.fastjson.canonical_member`), or ``None`` when it does not hold:
+    the caller then canonicalises each itself and the reference path words any error."""
+    return fastjson.canonical_member(whole, key)
 
 
 def hash_bytes(data: bytes) -> str:

@@ -35,13 +35,22 @@ UTF-16 code-unit order. tests/core/test_fastjson.py checks both byte for byte ag
 from __future__ import annotations
 
 import math
-from typing import Any
+import re
+from typing import Any, NoReturn
 
 import orjson
 
 _MAX_SAFE = 2**53 - 1
 _LIMIT = 2.0**53
 _SORTED = orjson.OPT_SORT_KEYS
+#: orjson refuses, with these options and :func:`_refuse` as ``default``: non-``str``
+#: keys, lone surrogates, integers outside ±(2**53 − 1), nesting beyond 255, and every
+#: type it does not print itself, subclasses of ``str``/``int``/``dict``/``list``,
+#: dataclasses and datetimes included.
+_PROVING = (orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS
+            | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME)
+#: A byte that starts a 4-byte UTF-8 sequence: a character beyond the BMP.
+_BEYOND_BMP = re.compile(b"[\xf0-\xff]")
 #: Bodies with more ``[`` and ``{`` bytes than this are parsed by the stdlib parser.
 MAX_BRACKETS = 200
 
@@ -107,6 +116,62 @@ def loads(body: bytes) -> tuple[bool, Any]:
     if colons == pairs or colons == pairs + _colons(value):
         return True, value
     return False, None
+
+
+def canonical(value: Any) -> bytes | None:
+    """RFC 8785 bytes of an object or array, when proven without walking it in Python
+    value by value; ``None`` otherwise (the caller's reference path decides).
+
+    The proof: orjson prints ``value`` with :data:`_PROVING` (so every key is exactly
+    ``str``, no string has a lone surrogate, every integer is safe, nothing nests too
+    deep, and every value is of a type orjson prints itself); the output holds no
+    character beyond the BMP (so code point order of the keys is UTF-16 order); and
+    :func:`_exact` finds every value to be exactly ``dict``, ``list``, ``str``, ``int``,
+    ``bool`` or ``None`` (ruling out what orjson prints but RFC 8785 prints otherwise or
+    ``canonical._check`` refuses: floats, tuples, enums, UUIDs, fragments). Then
+    ``canonical._check`` returns True and :func:`dumps_sorted` gives these same bytes.
+    """
+    if type(value) is not dict and type(value) is not list:
+        return None
+    try:
+        out = orjson.dumps(value, default=_refuse, option=_PROVING)
+    except orjson.JSONEncodeError:
+        return None
+    if not out.isascii() and _BEYOND_BMP.search(out):
+        return None
+    try:
+        return out if _exact(value) else None
+    except RecursionError:
+        return None
+
+
+def canonical_member(value: Any, key: str) -> tuple[bytes, bytes] | None:
+    """``(RFC 8785 bytes of value[key], RFC 8785 bytes of value)`` from the one proof of
+    :func:`canonical` over ``value`` (a member of a proven object is proven too), or
+    ``None`` when that proof does not hold or ``value`` is not an object holding ``key``."""
+    whole = canonical(value)
+    if whole is None or type(value) is not dict or key not in value:
+        return None
+    return orjson.dumps(value[key], option=_SORTED), whole
+
+
+def _refuse(value: Any) -> NoReturn:
+    raise TypeError
+
+
+def _exact(value: Any) -> bool:
+    """Every value under ``value`` (keys aside) is exactly a dict, list, str, int, bool
+    or None."""
+    for item in value.values() if type(value) is dict else value:
+        t = type(item)
+        if t is str:
+            continue
+        if t is dict or t is list:
+            if not _exact(item):
+                return False
+        elif t is not int and t is not bool and item is not None:
+            return False
+    return True
 
 
 def dumps_sorted(value: Any) -> bytes | None:

@@ -15,9 +15,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Dialect
@@ -28,7 +27,7 @@ from cosigner.audit.chain import Event, append, append_pg, append_raw
 from cosigner.context import AppContext
 from cosigner.core import logs, tracing
 from cosigner.core.canonical import args_hash as compute_args_hash
-from cosigner.core.canonical import canonicalize, hash_bytes
+from cosigner.core.canonical import canonicalize, canonicalize_member, hash_bytes
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import CosignerError, IdempotencyConflict, InvalidRequest
 from cosigner.core.ids import new_id
@@ -52,8 +51,7 @@ from cosigner.runs import contracts
 log = logging.getLogger("cosigner.decisions")
 
 
-@dataclass(frozen=True, slots=True)
-class DecisionRequest:
+class DecisionRequest(NamedTuple):
     """A validated DecisionRequest v1. ``args``/``context`` are exactly the parsed JSON."""
 
     request_id: str
@@ -280,7 +278,9 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
     tenant = caller.tenant
     decision_id = new_id()
     logs.decision_id.set(decision_id)  # every log line of this decision names it
-    a_hash = compute_args_hash(req.args)
+    # One proof covers the args and the whole request (the args are a member of it).
+    both = canonicalize_member(req.raw, "args") if req.raw.get("args") is req.args else None
+    a_hash = hash_bytes(both[0]) if both else compute_args_hash(req.args)
     # No idempotency pre-read: the batch's guard reads the first decision of a retried
     # request_id under its write lock, for all its decisions in one query; a retry that
     # races its first decision into the same batch (or another replica's) meets the
@@ -317,7 +317,7 @@ async def _decide(deps: AppContext, caller: Caller, req: DecisionRequest, *,
     plan = DecisionPlan(
         deps=deps, call=Call(
             caller=caller, request_id=req.request_id,
-            request_hash=hash_bytes(canonicalize(req.raw)), run=req.run,
+            request_hash=hash_bytes(both[1] if both else canonicalize(req.raw)), run=req.run,
             principal=req.principal, initiator=req.initiator, tool=req.tool, args=req.args,
             context=req.context, args_hash=a_hash, mode=req.mode),
         decision_id=decision_id, now=now, evaluation=evaluation, input_doc=input_doc,

@@ -19,14 +19,17 @@ plan's :meth:`DecisionPlan.item`:
 Both build their rows with :meth:`_writes`, so the two paths cannot drift apart. ``apply``
 may run more than once (a batch redone item by item after a failure); every run starts
 from the plan's initial response.
+
+The plan and its parts are ``NamedTuple``s: immutable like the frozen dataclasses they
+were, but built in one tuple allocation instead of one ``object.__setattr__`` per field
+(several µs per decision, issue 20).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
@@ -48,8 +51,7 @@ from cosigner.policy.store import Evaluation
 from cosigner.runs import contracts
 
 
-@dataclass(frozen=True, slots=True)
-class Assumed:
+class Assumed(NamedTuple):
     """What a prepared decision took for granted, confirmed by its group-commit batch:
     ``run`` has no contract; ``call`` (an ``allow``) has no standing rejection;
     ``request`` = ``(tenant, request_id)`` was not decided before (a retry is answered
@@ -60,8 +62,7 @@ class Assumed:
     request: tuple[str, str] = ("", "")
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(NamedTuple):
     """The request as decided: who asked, on whose behalf, which tool with which args."""
 
     caller: Caller
@@ -82,8 +83,7 @@ class Call:
         return self.mode == "shadow"
 
 
-@dataclass(frozen=True, slots=True)
-class DecisionPlan:
+class DecisionPlan(NamedTuple):
     """What one decision writes (see the module docstring). ``now`` is the decision time
     (UTC); ``mask`` the JSON pointers under ``args`` never stored in clear; ``contract``
     whether the run's contract was read (its counters are then checked under the lock)."""

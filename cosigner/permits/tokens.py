@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 from cosigner.core.clock import numeric_date
 from cosigner.core.errors import PermitRefused
@@ -62,8 +61,7 @@ SIGNATURE_MEMBERS = ("credential_id", "statement_digest", "time", "authenticator
                      "client_data_json", "signature")
 
 
-@dataclass(frozen=True, slots=True)
-class PermitClaims:
+class PermitClaims(NamedTuple):
     """The claims of a permit, exactly as signed. Times are NumericDate ints (UTC seconds)."""
 
     iss: str

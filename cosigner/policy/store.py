@@ -19,7 +19,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cosigner.core import tracing
 from cosigner.core.canonical import canonicalize, hash_bytes
@@ -32,6 +32,10 @@ from cosigner.policy.state import BundleState, Resolved, resolve
 log = logging.getLogger("cosigner.policy")
 
 
+#: Tenants whose routed bundle one snapshot remembers (:meth:`PolicySnapshot.bundle_for`).
+_MAX_ROUTES = 10_000
+
+
 @dataclass(frozen=True)
 class LoadError:
     path: str
@@ -40,8 +44,7 @@ class LoadError:
     version: str | None = None
 
 
-@dataclass(frozen=True)
-class Evaluation:
+class Evaluation(NamedTuple):
     """What one policy evaluation produced.
 
     ``policy`` is ``{id, version, revision}`` of the bundle that decided, or ``None``
@@ -71,6 +74,10 @@ class PolicySnapshot:
     #: bundle id → tenants of its stored active version, which is not loaded here
     #: (:mod:`cosigner.policy.state`): those tenants are denied ``policy_not_loaded``.
     missing: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: tenant → :meth:`bundle_for`, filled on first use (a snapshot never changes; a
+    #: change is a new snapshot). At most :data:`_MAX_ROUTES` tenants are kept.
+    _routed: dict[str, Bundle | None] = field(default_factory=dict, compare=False,
+                                              repr=False)
 
     def active_bundle(self, bundle_id: str) -> Bundle | None:
         version = self.active.get(bundle_id)
@@ -107,8 +114,14 @@ class PolicySnapshot:
 
     def bundle_for(self, tenant: str) -> Bundle | None:
         """The active bundle used by ``tenant`` (:meth:`route`), or ``None``."""
+        routed = self._routed
+        if tenant in routed:
+            return routed[tenant]
         bundle_id = self.route(tenant)
-        return self.active_bundle(bundle_id) if bundle_id is not None else None
+        bundle = self.active_bundle(bundle_id) if bundle_id is not None else None
+        if len(routed) < _MAX_ROUTES:
+            routed[tenant] = bundle
+        return bundle
 
 
 def _manifest_id(path: Path) -> tuple[str | None, str | None]:

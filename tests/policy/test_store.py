@@ -137,3 +137,17 @@ def test_engine_factory_passes_the_opa_settings(tmp_path: Path) -> None:
         0.25,
         "cosigner/test/decision",
     )
+
+
+def test_bundle_for_is_remembered_per_snapshot_and_follows_a_new_one(tmp_path: Path) -> None:
+    rego_bundle(tmp_path, GOOD)
+    rego_bundle(tmp_path / "v2", GOOD_V2, version="2.0.0")
+    store = PolicyStore([tmp_path, tmp_path / "v2"])
+    first = store.reload(check=check_bundle)
+    chosen = first.bundle_for("acme")
+    assert chosen is not None and first.bundle_for("acme") is chosen
+    assert first.bundle_for("acme") is first.active_bundle(first.route("acme") or "")
+    other = "1.0.0" if chosen.version == "2.0.0" else "2.0.0"
+    store.set_active("b", other)  # a new snapshot: routed afresh
+    assert store.snapshot.bundle_for("acme").version == other  # type: ignore[union-attr]
+    assert first.bundle_for("acme") is chosen  # the old snapshot keeps its answer
