@@ -24,6 +24,7 @@ from cosigner.core.settings import Settings, get_settings
 from cosigner.db.database import Database
 from cosigner.decisions.pdp import decision_log_writer
 from cosigner.http import openapi, problems
+from cosigner.http.edge import CosignerAPI, Edge
 from cosigner.http.lean import HotRoutes
 from cosigner.http.metrics_port import serve_metrics
 from cosigner.http.proxies import TrustedProxies
@@ -81,7 +82,8 @@ async def build_context(settings: Settings, clock: Clock) -> AppContext:
                       webhook_backlog=Backlog(settings.webhook_backlog_max))
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None
+               ) -> CosignerAPI:
     """Build the ASGI app. ``settings`` defaults to the environment (``COSIGNER_*``).
 
     The lifespan puts the :class:`AppContext` on ``app.state.context`` (routes read it
@@ -113,7 +115,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             await tasks.stop()
             await ctx.db.dispose()
 
-    app = FastAPI(
+    app = CosignerAPI(
         title="Cosigner",
         version="0.1.0",
         summary="Policy decision and approval server for AI-agent tool calls.",
@@ -135,8 +137,10 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(slack_routes.router)
     app.include_router(approvers_routes.router)
     web.install(app)
-    # Innermost: the hot routes answered without FastAPI's router (cosigner.http.lean),
-    # inside telemetry, rate limits and proxies like every route.
+    # The hot routes are answered ahead of this whole stack (cosigner.http.edge), which
+    # does what these middlewares do for them; while tracing is on they take the stack,
+    # whose innermost layer answers them without FastAPI's router (cosigner.http.lean).
+    app.edge = Edge(trusted=settings.forwarded_allow_ips, access=settings.access_log)
     app.add_middleware(HotRoutes)
     app.add_middleware(RequestTelemetry, access=settings.access_log)
     # Rate limits before routing: a refused request must cost far less than a decision.

@@ -65,9 +65,7 @@ async def authenticate_header(ctx: AppContext, header: str, admitted: Caller | N
         caller: Caller = await ctx.authenticator.authenticate(key.strip())
         tracing.set_attributes(current, {"cosigner.tenant": caller.tenant})
     logs.tenant.set(caller.tenant)
-    await ctx.quotas.admit(caller)
-    if decision:
-        await ctx.quotas.count_decision(caller)
+    await ctx.quotas.admit(caller, decision=decision)
     return caller
 
 

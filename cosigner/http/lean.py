@@ -10,11 +10,13 @@ Same wire and same guarantees as the FastAPI routes, which stay declared (OpenAP
 documents them; they serve these paths only when this middleware steps aside, under a
 ``root_path`` mount):
 
-* It sits inside every other middleware of :func:`cosigner.app.create_app`
-  (``TrustedProxies`` → ``RateLimit`` → ``RequestTelemetry`` → here), so the client
-  address, rate limits at the door, the request id, the server span and the access log
-  apply as before; ``scope["route"]`` is set to the FastAPI route so the span is named
-  ``POST /v1/decisions`` as before.
+* Served twice over, the same way: usually by the outermost edge
+  (:mod:`cosigner.http.edge`), which does what ``TrustedProxies`` → ``RateLimit`` →
+  ``RequestTelemetry`` do for these requests in one function; while tracing is on, by
+  :class:`HotRoutes` inside that middleware stack (the server span is
+  ``RequestTelemetry``'s). Either way the route's work is :func:`post` /
+  :func:`read_approval` answered through :func:`respond`, and ``scope["route"]`` is set
+  to the FastAPI route so the span is named ``POST /v1/decisions`` as before.
 * Authentication, quotas and the decision quota are
   :func:`cosigner.http.deps.authenticate_header` (the FastAPI dependency's own code); the
   body limit, strict JSON, the wire model and the use case are
@@ -69,7 +71,7 @@ HOT_ROUTES: dict[str, tuple[Handler, bool]] = {
 _JSON = (b"content-type", b"application/json")
 #: ``GET /v1/approvals/{approval_id}``: the id as its path parameter accepts it.
 _APPROVAL = re.compile(r"/v1/approvals/([A-Za-z0-9_-]{1,64})")
-_APPROVAL_TEMPLATE = "/v1/approvals/{approval_id}"
+APPROVAL_TEMPLATE = "/v1/approvals/{approval_id}"
 #: ``wait`` as a plain decimal (the route's ``Query(0, ge=0, le=60)`` also allows 60).
 _WAIT = re.compile(r"[0-9]{1,2}(?:\.[0-9]{1,6})?")
 
@@ -89,107 +91,128 @@ def long_poll_args(scope: Scope) -> tuple[str, float] | None:
     return found.group(1), float(waits[0])
 
 
+def route_for(path: str) -> Any:
+    """The FastAPI route declared for a hot path (``POST`` paths of :data:`HOT_ROUTES`, or
+    the approval read's template): for the span name, as the router would set it."""
+    global _routes
+    if _routes is None:
+        found = {r.path: r for r in (*decisions_routes.router.routes,
+                                     *permits_routes.router.routes)
+                 if isinstance(r, APIRoute) and "POST" in (r.methods or ())}
+        found[APPROVAL_TEMPLATE] = next(
+            r for r in approvals_routes.router.routes if isinstance(r, APIRoute)
+            and r.path == APPROVAL_TEMPLATE and "GET" in (r.methods or ()))
+        _routes = found
+    return _routes.get(path)
+
+
+_routes: dict[str, Any] | None = None
+
+
 class HotRoutes:
-    """Pure ASGI middleware serving :data:`HOT_ROUTES` (``POST`` only); see the module
-    docstring. ``served`` counts the requests it answered (tests prove the lean path is
-    the one serving)."""
+    """Pure ASGI middleware serving :data:`HOT_ROUTES` (``POST`` only) and the long-poll
+    read inside the app's middleware stack: the path of requests the outermost edge
+    (:mod:`cosigner.http.edge`) leaves to the stack (tracing on). ``served`` counts the
+    requests it answered (tests prove the lean path is the one serving)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.served = 0
-        self._routes: dict[str, Any] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):
             if scope["method"] == "POST" and scope["path"] in HOT_ROUTES:
-                await self._serve(scope, receive, send)
-                return
-            if scope["method"] == "GET" and (poll := long_poll_args(scope)) is not None:
-                await self._serve_read(scope, receive, send, *poll)
+                work = self._post(scope, receive)
+            elif scope["method"] == "GET" and (poll := long_poll_args(scope)) is not None:
+                work = self._read(scope, *poll)
+            else:
+                work = None
+            if work is not None:
+                self.served += 1
+                answer = await respond(work)
+                if answer is not None:
+                    await send({"type": "http.response.start", "status": answer[0],
+                                "headers": answer[1]})
+                    await send({"type": "http.response.body", "body": answer[2]})
                 return
         await self.app(scope, receive, send)
 
-    def _route(self, path: str) -> Any:
-        """The FastAPI route declared for this path (for the span name, as the router
-        would set it)."""
-        if self._routes is None:
-            self._routes = {r.path: r for r in (*decisions_routes.router.routes,
-                                                *permits_routes.router.routes)
-                            if isinstance(r, APIRoute) and "POST" in (r.methods or ())}
-            self._routes[_APPROVAL_TEMPLATE] = next(
-                r for r in approvals_routes.router.routes if isinstance(r, APIRoute)
-                and r.path == _APPROVAL_TEMPLATE and "GET" in (r.methods or ()))
-        return self._routes.get(path)
-
-    async def _serve_read(self, scope: Scope, receive: Receive, send: Send,
-                          approval_id: str, wait_s: float) -> None:
-        """The long-poll read of one approval request (see the module docstring)."""
-        self.served += 1
-        route = self._route(_APPROVAL_TEMPLATE)
-        scope["route"] = route
+    def _read(self, scope: Scope, approval_id: str, wait_s: float) -> Awaitable[bytes]:
+        scope["route"] = route_for(APPROVAL_TEMPLATE)
         ctx: AppContext = scope["app"].state.context
-        authorization = next((value.decode("latin-1") for name, value in scope["headers"]
-                              if name == b"authorization"), "")
+        authorization = next((value for name, value in scope["headers"]
+                              if name == b"authorization"), b"")
         admitted = scope["state"].get(CALLER_STATE) if "state" in scope else None
+        return read_approval(ctx, authorization, admitted, approval_id, wait_s)
 
-        async def produce() -> bytes:
-            caller = await authenticate_header(ctx, authorization, admitted, decision=False)
-            state = await approval_queries.get_state(ctx, caller, approval_id,
-                                                     wait_s=wait_s)
-            return bytes(await serialize_response(
-                field=route.response_field, response_content=state,
-                include=route.response_model_include, exclude=route.response_model_exclude,
-                by_alias=route.response_model_by_alias,
-                exclude_unset=route.response_model_exclude_unset,
-                exclude_defaults=route.response_model_exclude_defaults,
-                exclude_none=route.response_model_exclude_none, dump_json=True))
-
-        await _answer(scope, receive, send, produce)
-
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.served += 1
+    def _post(self, scope: Scope, receive: Receive) -> Awaitable[bytes]:
         path = scope["path"]
-        handler, decision = HOT_ROUTES[path]
-        route = self._route(path)
+        route = route_for(path)
         if route is not None:
             scope["route"] = route
         ctx: AppContext = scope["app"].state.context
-        authorization = ""
+        authorization = b""
         declared: bytes | None = None
         for name, value in scope["headers"]:
             if name == b"authorization":
-                authorization = value.decode("latin-1")
+                authorization = value
             elif name == b"content-length":
                 declared = value
         admitted = scope["state"].get(CALLER_STATE) if "state" in scope else None
-        limit = ctx.settings.max_body_bytes
-
-        async def produce() -> bytes:
-            caller = await authenticate_header(ctx, authorization, admitted,
-                                               decision=decision)
-            body = await handler(ctx, caller, lambda: receive_body(receive, declared, limit))
-            return orjson.dumps(body)
-
-        await _answer(scope, receive, send, produce)
+        return post(ctx, path, authorization, admitted, receive, declared)
 
 
-async def _answer(scope: Scope, receive: Receive, send: Send,
-                  produce: Callable[[], Awaitable[bytes]]) -> None:
-    """Send ``await produce()`` as a 200 JSON answer; a :class:`CosignerError` as its
-    RFC 9457 problem, anything else as the FastAPI app's 500 ``internal_error``; a client
-    gone before its body arrived gets nothing."""
+async def post(ctx: AppContext, path: str, authorization: bytes, admitted: Caller | None,
+               receive: Receive, declared: bytes | None) -> bytes:
+    """The JSON answer of ``POST path`` (a key of :data:`HOT_ROUTES`): ``authorization``
+    is the request's (last) ``Authorization`` header value, ``admitted`` the caller the
+    rate-limit door admitted, ``declared`` its ``Content-Length``. Raises what the route
+    raises (:func:`respond` turns it into the answer)."""
+    handler, decision = HOT_ROUTES[path]
+    caller = await authenticate_header(ctx, authorization.decode("latin-1"), admitted,
+                                       decision=decision)
+    limit = ctx.settings.max_body_bytes
+    return orjson.dumps(await handler(ctx, caller,
+                                      lambda: receive_body(receive, declared, limit)))
+
+
+async def read_approval(ctx: AppContext, authorization: bytes, admitted: Caller | None,
+                        approval_id: str, wait_s: float) -> bytes:
+    """The JSON answer of the long-poll read (``authorization``: the first
+    ``Authorization`` header value), serialised through the route's response model by
+    FastAPI's own ``serialize_response``, as the route would."""
+    route = route_for(APPROVAL_TEMPLATE)
+    caller = await authenticate_header(ctx, authorization.decode("latin-1"), admitted,
+                                       decision=False)
+    state = await approval_queries.get_state(ctx, caller, approval_id, wait_s=wait_s)
+    return bytes(await serialize_response(
+        field=route.response_field, response_content=state,
+        include=route.response_model_include, exclude=route.response_model_exclude,
+        by_alias=route.response_model_by_alias,
+        exclude_unset=route.response_model_exclude_unset,
+        exclude_defaults=route.response_model_exclude_defaults,
+        exclude_none=route.response_model_exclude_none, dump_json=True))
+
+
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+async def respond(work: Awaitable[bytes]) -> Answer | None:
+    """``(status, headers, body)`` of ``await work``: 200 JSON (``content-length`` then
+    ``content-type``, as ``json_response`` sends); a :class:`CosignerError` as its RFC
+    9457 problem; anything else logged and answered as the FastAPI app's 500
+    ``internal_error``. ``None`` when the client left before its body arrived (nobody to
+    answer). The headers list is new: the caller may append to it."""
     try:
-        content = await produce()
+        content = await work
     except CosignerError as exc:
-        await problems.to_response(exc)(scope, receive, send)
-        return
+        response = problems.to_response(exc)
     except ClientDisconnect:
-        return  # nobody to answer
+        return None
     except Exception as exc:  # as the FastAPI app's catch-all handler
         log.exception("unhandled error", exc_info=exc)
-        await problems.problem(500, "internal_error", "Internal error",
-                               "internal error; see server log")(scope, receive, send)
-        return
-    await send({"type": "http.response.start", "status": 200, "headers": [
-        (b"content-length", str(len(content)).encode()), _JSON]})
-    await send({"type": "http.response.body", "body": content})
+        response = problems.problem(500, "internal_error", "Internal error",
+                                    "internal error; see server log")
+    else:
+        return 200, [(b"content-length", str(len(content)).encode()), _JSON], content
+    return response.status_code, response.raw_headers, bytes(response.body)

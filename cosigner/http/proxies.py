@@ -42,11 +42,10 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return address
 
 
-class TrustedProxies:
-    """Pure ASGI middleware rewriting ``client``, ``scheme`` and ``Host`` per the rules above."""
+class ProxyRules:
+    """The rules above for the networks ``trusted`` (IP network texts)."""
 
-    def __init__(self, app: ASGIApp, *, trusted: Iterable[str]) -> None:
-        self.app = app
+    def __init__(self, *, trusted: Iterable[str]) -> None:
         self.networks: tuple[Network, ...] = tuple(ipaddress.ip_network(n) for n in trusted)
 
     def is_trusted(self, host: str | None) -> bool:
@@ -63,12 +62,14 @@ class TrustedProxies:
                 return str(address) if address is not None else entry[:_MAX_ENTRY]
         return str(_address(entries[0]) or entries[0][:_MAX_ENTRY]) if entries else None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket") and self.networks:
+    def apply(self, scope: Scope) -> Scope:
+        """``scope`` as the rules make it: a rewritten copy when an HTTP or WebSocket
+        request comes from a trusted peer, else ``scope`` itself."""
+        if self.networks and scope["type"] in ("http", "websocket"):
             peer = scope.get("client")
             if peer and self.is_trusted(peer[0]):
-                scope = self._forwarded(scope)
-        await self.app(scope, receive, send)
+                return self._forwarded(scope)
+        return scope
 
     def _forwarded(self, scope: Scope) -> Scope:
         headers: list[tuple[bytes, bytes]] = list(scope.get("headers", []))
@@ -88,6 +89,17 @@ class TrustedProxies:
             scope["headers"] = [(n, v) for n, v in headers if n != b"host"] + [
                 (b"host", host.encode("latin-1"))]
         return scope
+
+
+class TrustedProxies(ProxyRules):
+    """Pure ASGI middleware rewriting ``client``, ``scheme`` and ``Host`` per the rules above."""
+
+    def __init__(self, app: ASGIApp, *, trusted: Iterable[str]) -> None:
+        super().__init__(trusted=trusted)
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(self.apply(scope), receive, send)
 
 
 def _last(values: list[str]) -> str:

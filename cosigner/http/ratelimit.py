@@ -19,8 +19,10 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from cosigner.context import AppContext
 from cosigner.core.errors import RateLimited
 from cosigner.http.problems import PROBLEM_TYPE
+from cosigner.identity.principals import Caller
 
 #: Key of the admitted :class:`Caller` in the ASGI scope's ``state``.
 CALLER_STATE = "cosigner_caller"
@@ -36,35 +38,50 @@ class RateLimit:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        key = _bearer(scope)
         ctx = getattr(scope["app"].state, "context", None) if "app" in scope else None
-        if key is None or ctx is None:
-            await self.app(scope, receive, send)
-            return
-        caller = ctx.authenticator.cached(key)
-        if caller is None:
-            await self.app(scope, receive, send)  # the route authenticates and counts
-            return
         try:
-            await ctx.quotas.admit(caller)
-            if scope["method"] == "POST" and scope["path"] == "/v1/decisions":
-                await ctx.quotas.count_decision(caller)
+            caller = await door(ctx, _authorization(scope), decision=scope["method"] == "POST"
+                                and scope["path"] == "/v1/decisions")
         except RateLimited as exc:
-            await _refuse(send, exc)
+            await refuse(send, exc)
             return
-        scope.setdefault("state", {})[CALLER_STATE] = caller
+        if caller is not None:
+            scope.setdefault("state", {})[CALLER_STATE] = caller
         await self.app(scope, receive, send)
 
 
-def _bearer(scope: Scope) -> str | None:
+async def door(ctx: AppContext | None, authorization: bytes | None, *,
+               decision: bool) -> Caller | None:
+    """The caller admitted at the door for a ``/v1/*`` request whose first
+    ``Authorization`` header is ``authorization`` (``None``: none): its bearer key found
+    in the key cache and counted (:meth:`Quotas.admit`; with ``decision``, against the
+    decision quota too). ``None`` (nothing counted) without a context, a bearer key or a
+    cached key: the route authenticates and counts.
+
+    Raises:
+        RateLimited: a limit is used up (answer it with :func:`refuse`).
+    """
+    if authorization is None or ctx is None:
+        return None
+    scheme, _, key = authorization.decode("latin-1").partition(" ")
+    key = key.strip()
+    if not key or scheme.lower() != "bearer":
+        return None
+    caller = ctx.authenticator.cached(key)
+    if caller is not None:
+        await ctx.quotas.admit(caller, decision=decision)
+    return caller
+
+
+def _authorization(scope: Scope) -> bytes | None:
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
-            scheme, _, key = value.decode("latin-1").partition(" ")
-            return key.strip() if scheme.lower() == "bearer" and key.strip() else None
+            return bytes(value)
     return None
 
 
-async def _refuse(send: Send, exc: RateLimited) -> None:
+async def refuse(send: Send, exc: RateLimited) -> None:
+    """Answer the door's 429 ``rate_limited`` problem (``Retry-After``)."""
     retry = exc.extra.get("retry_after")
     body: dict[str, Any] = {"type": PROBLEM_TYPE + exc.code, "title": exc.title,
                             "status": 429, "detail": exc.detail, "code": exc.code,

@@ -10,9 +10,9 @@ span's parent, so an agent step and its decision are one trace.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -34,8 +34,7 @@ class RequestTelemetry:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = _header(scope, b"x-request-id")
-        rid = given if given and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        rid = request_id(_header(scope, b"x-request-id"))
         tokens = (logs.request_id.set(rid), logs.tenant.set(None), logs.decision_id.set(None))
         status = 500
         rid_header = (b"x-request-id", rid.encode())
@@ -55,8 +54,7 @@ class RequestTelemetry:
                 await self.app(scope, receive, send_wrapper)
         finally:
             if self.access:
-                access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], status,
-                                (time.perf_counter() - started) * 1000)
+                log_access(scope, status, started)
             logs.request_id.reset(tokens[0])
             logs.tenant.reset(tokens[1])
             logs.decision_id.reset(tokens[2])
@@ -87,8 +85,27 @@ class RequestTelemetry:
                     current.set_attribute("http.response.status_code", status["code"])
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def request_id(given: bytes | None) -> str:
+    """The request id: ``given`` (the caller's first ``X-Request-ID``) when it is short
+    and plain (``[A-Za-z0-9._-]{1,64}``), else a new random one (a version-4 UUID's 32 hex
+    digits, as ``uuid.uuid4().hex``)."""
+    if given is not None and _REQUEST_ID.fullmatch(text := given.decode("latin-1")):
+        return text
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4 (RFC 9562 §5.4)
+    raw[8] = raw[8] & 0x3F | 0x80  # variant 10
+    return raw.hex()
+
+
+def log_access(scope: Scope, status: int, started: float) -> None:
+    """The access line of a request answered ``status`` (500 when nothing was sent),
+    ``started`` at ``time.perf_counter()``: ``METHOD path status N.Nms``."""
+    access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], status,
+                    (time.perf_counter() - started) * 1000)
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope["headers"]:
         if key == name:
-            return str(value.decode("latin-1"))
+            return bytes(value)
     return None

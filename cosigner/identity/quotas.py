@@ -26,6 +26,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from typing import NoReturn
 
 from cosigner.audit.chain import Event, append
 from cosigner.core.clock import Clock, isoformat
@@ -50,6 +51,22 @@ class _Tally:
     refused: int = 0
 
 
+Counters = tuple[tuple[str, int, int], ...]  # (key, limit, expiry s) per Windows.hit_all
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The counters one credential's requests hit, each as (limit names, counters)."""
+
+    request: tuple[tuple[str, ...], Counters]  # every API request
+    decision: tuple[tuple[str, ...], Counters]  # a decision: the request's, then its quota
+
+
+def _counters(named: list[tuple[str, tuple[str, int, int]]]
+              ) -> tuple[tuple[str, ...], Counters]:
+    return tuple(n for n, _ in named), tuple(c for _, c in named)
+
+
 class Quotas:
     """The limiter of one process; see the module docstring for what is counted."""
 
@@ -58,6 +75,7 @@ class Quotas:
         self._windows = Windows()
         self._window_s = settings.rate_limit_log_window_s
         self._tallies: dict[tuple[str, str, str], _Tally] = {}
+        self._plans: dict[tuple[str, str], _Plan] = {}  # (tenant, principal id) → plan
 
     def limits_for(self, tenant: str) -> RateLimits:
         """The tenant's limits (its own entry, else ``"*"``, else none)."""
@@ -66,40 +84,50 @@ class Quotas:
             credential_per_s=0, credential_burst=0, tenant_per_s=0, tenant_burst=0,
             decisions_per_min=0, approvals_per_min=0)
 
-    async def admit(self, caller: Caller) -> None:
-        """Count one API request of ``caller``. Raises :class:`RateLimited`."""
-        lim = self.limits_for(caller.tenant)
-        credential = caller.tenant + "\x00c:" + caller.principal_id
-        tenant = caller.tenant + "\x00t:"
-        if lim.credential_burst:
-            await self._hit(caller, "credential_burst", lim.credential_burst, 1, credential)
-        if lim.credential_per_s:
-            await self._hit(caller, "credential_per_s", lim.credential_per_s * SUSTAINED_WINDOW_S,
-                            SUSTAINED_WINDOW_S, credential)
-        if lim.tenant_burst:
-            await self._hit(caller, "tenant_burst", lim.tenant_burst, 1, tenant)
-        if lim.tenant_per_s:
-            await self._hit(caller, "tenant_per_s", lim.tenant_per_s * SUSTAINED_WINDOW_S,
-                            SUSTAINED_WINDOW_S, tenant)
+    def _plan(self, caller: Caller) -> _Plan:
+        """The counters of ``caller``'s requests (built once per credential: the limits
+        and counter keys depend only on its tenant and principal id)."""
+        who = (caller.tenant, caller.principal_id)
+        plan = self._plans.get(who)
+        if plan is None:
+            lim = self.limits_for(caller.tenant)
+            credential = caller.tenant + "\x00c:" + caller.principal_id
+            tenant = caller.tenant + "\x00t:"
+            sustained = SUSTAINED_WINDOW_S
+            request = [(name, (key, limit, expiry)) for name, key, limit, expiry in (
+                ("credential_burst", credential, lim.credential_burst, 1),
+                ("credential_per_s", credential, lim.credential_per_s * sustained, sustained),
+                ("tenant_burst", tenant, lim.tenant_burst, 1),
+                ("tenant_per_s", tenant, lim.tenant_per_s * sustained, sustained)) if limit]
+            decision = [("decisions_per_min", (caller.tenant + "\x00d",
+                                               lim.decisions_per_min, 60))]
+            plan = _Plan(request=_counters(request), decision=_counters(
+                request + decision if lim.decisions_per_min else request))
+            if len(self._plans) >= 10_000:
+                self._plans.clear()
+            self._plans[who] = plan
+        return plan
 
-    async def count_decision(self, caller: Caller) -> None:
-        """Count one decision against the tenant's per-minute quota."""
-        n = self.limits_for(caller.tenant).decisions_per_min
-        if n:
-            await self._hit(caller, "decisions_per_min", n, 60, caller.tenant + "\x00d")
+    async def admit(self, caller: Caller, *, decision: bool = False) -> None:
+        """Count one API request of ``caller`` (its credential's and tenant's rates), and
+        with ``decision`` also one decision (the tenant's per-minute quota), in that order; the
+        first limit used up stops the count. Raises :class:`RateLimited`."""
+        plan = self._plan(caller)
+        names, counters = plan.decision if decision else plan.request
+        refused = self._windows.hit_all(counters)
+        if refused >= 0:
+            await self._refuse(caller, names[refused], *counters[refused])
 
     async def count_approval(self, caller: Caller) -> None:
         """Count one approval request asked for against the tenant's per-minute quota."""
         n = self.limits_for(caller.tenant).approvals_per_min
-        if n:
-            await self._hit(caller, "approvals_per_min", n, 60, caller.tenant + "\x00a")
+        if n and not self._windows.hit(caller.tenant + "\x00a", n, 60):
+            await self._refuse(caller, "approvals_per_min", caller.tenant + "\x00a", n, 60)
 
-    async def _hit(self, caller: Caller, name: str, limit: int, expiry_s: int,
-                   key: str) -> None:
-        """Count one hit of ``key`` against ``limit`` per ``expiry_s``; past it, record the
-        refusal and raise :class:`RateLimited` with ``retry_after`` (whole seconds, ≥ 1)."""
-        if self._windows.hit(key, limit, expiry_s):
-            return
+    async def _refuse(self, caller: Caller, name: str, key: str, limit: int,
+                      expiry_s: int) -> NoReturn:
+        """Record the refusal of one hit of ``key`` past ``limit`` per ``expiry_s`` and
+        raise :class:`RateLimited` with ``retry_after`` (whole seconds, ≥ 1)."""
         retry_after = max(1, math.ceil(self._windows.reset_in(key, limit, expiry_s)))
         await self._record(caller, name)
         raise RateLimited(f"{name.replace('_', ' ')} limit of the "

@@ -42,16 +42,33 @@ class Windows:
     def hit(self, key: str, limit: int, expiry: int) -> bool:
         """Count one hit of ``key`` against ``limit`` per ``expiry`` s; False (and not
         counted) when that would exceed the limit."""
-        if limit < 1:
-            return False
+        return self.hit_all(((key, limit, expiry),)) < 0
+
+    def hit_all(self, counters: tuple[tuple[str, int, int], ...]) -> int:
+        """Count one hit on each ``(key, limit, expiry)`` of ``counters`` in order, at one
+        instant, as :meth:`hit` would; stop at the first that refuses. Returns its index
+        (that counter not counted, the ones before it counted), or -1 when all admitted."""
         now = self._now()
-        state = self._state((key, limit, expiry), expiry, now)
-        previous = state[2]
-        ttl = (1 - (((now - expiry) / expiry) % 1)) * expiry if previous else 0.0
-        if math.floor(previous * ttl / expiry + state[1]) + 1 > limit:
-            return False
-        state[1] += 1
-        return True
+        counts = self._counts
+        index = 0
+        for name in counters:
+            _, limit, expiry = name
+            if limit < 1:
+                return index
+            window = int(now / expiry)
+            state = counts.get(name)
+            if state is None or state[0] != window:
+                state = self._state(name, expiry, now)
+            previous = state[2]
+            if previous:
+                ttl = (1 - (((now - expiry) / expiry) % 1)) * expiry
+                if math.floor(previous * ttl / expiry + state[1]) + 1 > limit:
+                    return index
+            elif state[1] >= limit:  # the same test without a previous window
+                return index
+            state[1] += 1
+            index += 1
+        return -1
 
     def reset_in(self, key: str, limit: int, expiry: int) -> float:
         """Seconds until the counter has room again (``limits``' window-stats reset time

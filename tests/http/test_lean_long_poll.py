@@ -13,7 +13,7 @@ import httpx
 
 from tests.conftest import Harness, decision_request
 from tests.http.approval_helpers import decide, refund_args, review
-from tests.http.test_lean import VOLATILE, hot_routes, without_lean
+from tests.http.test_lean import VOLATILE, lean_served, without_lean
 
 #: (query, which key: "runtime" | "admin" | "none" | "bad", which id: "real" | literal)
 READS: list[tuple[str, str, str]] = [
@@ -92,5 +92,5 @@ async def test_long_poll_read_is_served_lean_and_answers_as_fastapi(
     assert ("status", "approved") in fast[-1][5]
     assert dict(fast[-1][5])["permit"] is not None
     # one decision each, then the reads the lean path accepts and the approved read
-    assert hot_routes(lean.app).served == 1 + LEAN + 1
+    assert lean_served(lean.app) == 1 + LEAN + 1
 

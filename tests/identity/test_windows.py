@@ -56,3 +56,23 @@ def test_same_answers_as_limits(limit: int, expiry: int, steps: list[tuple[float
     finally:
         time.time = real_time  # type: ignore[assignment]
     assert time.time is real_time
+
+
+COUNTERS = st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 4),
+                              st.sampled_from([1, 10, 60])), min_size=1, max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rounds=st.lists(st.tuples(st.floats(0, 15), COUNTERS), min_size=1, max_size=30),
+       start=st.floats(1_700_000_000, 1_800_000_000))
+def test_hit_all_is_hit_in_order_until_a_refusal(
+        rounds: list[tuple[float, list[tuple[str, int, int]]]], start: float) -> None:
+    """``hit_all`` answers and counts as ``hit`` on each counter in turn, stopping at the
+    first refusal (the quotas' order: credential, tenant, then the decision quota)."""
+    clock = [start]
+    together, one_by_one = Windows(now=lambda: clock[0]), Windows(now=lambda: clock[0])
+    for delta, counters in rounds:
+        clock[0] += delta
+        expected = next((i for i, c in enumerate(counters) if not one_by_one.hit(*c)), -1)
+        assert together.hit_all(tuple(counters)) == expected
+    assert together._counts == one_by_one._counts

@@ -19,6 +19,7 @@ from cosigner.decisions import pdp as decisions
 from cosigner.http.body import openapi_body, read_body, validate
 from cosigner.http.deps import PROBLEM_RESPONSES, CallerDep, context, json_response
 from cosigner.http.models.decisions import DecisionRequestV1, DecisionV1
+from cosigner.http.models.shapes import decision_request_fits
 from cosigner.identity.principals import Caller
 
 router = APIRouter(prefix="/v1", tags=["decisions"])
@@ -54,14 +55,16 @@ async def decide_body(ctx: AppContext, caller: Caller,
     caller.require("runtime")
     try:
         data = parse_json(await read())
-        model = validate(DecisionRequestV1, data)
+        if not decision_request_fits(data):  # pydantic decides (and words the errors)
+            validate(DecisionRequestV1, data)
     except InvalidRequest as exc:
         await decisions.record_refusal(ctx, caller, code=exc.code, detail=exc.detail)
         raise
+    # Validated strictly (nothing converted): the model's values are the body's own.
     req = decisions.DecisionRequest(
-        request_id=model.request_id, run=data["run"], principal=data["principal"],
+        request_id=data["request_id"], run=data["run"], principal=data["principal"],
         initiator=data["initiator"], tool=data["tool"], args=data["args"],
-        context=data.get("context", {}), raw=data, mode=model.mode)
+        context=data.get("context", {}), raw=data, mode=data.get("mode", "on"))
     try:
         return await decisions.decide(ctx, caller, req)
     except InvalidRequest as exc:
