@@ -13,7 +13,6 @@ so concurrent writers on several replicas still produce one linear chain.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,9 +22,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cosigner.audit.masking import mask_with_paths
+from cosigner.audit.events import SCHEMA_VERSION, Event, stored_body
 from cosigner.core.canonical import canonicalize, hash_bytes
-from cosigner.core.clock import isoformat
 from cosigner.db import raw_pg
 from cosigner.db.raw_insert import (
     insert_many,
@@ -36,76 +34,10 @@ from cosigner.db.raw_insert import (
 )
 from cosigner.db.tables import audit_events, audit_heads
 
-SCHEMA_VERSION = 1
+__all__ = ["GENESIS", "SCHEMA_VERSION", "Event", "append", "append_pg", "append_raw",
+           "verify_bodies"]
+
 GENESIS = "sha256:" + "0" * 64
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """What a domain function records.
-
-    ``mask`` lists JSON pointers into ``payload`` to redact; :func:`append` applies them
-    and the always-masked keys (:mod:`cosigner.audit.masking`) before hashing, and the
-    stored payload lists what it hid in ``masked_paths``.
-    """
-
-    type: str
-    actor: dict[str, Any]
-    decision_id: str | None = None
-    approval_id: str | None = None
-    permit_jti: str | None = None
-    run_id: str | None = None
-    tool: str | None = None
-    args_hash: str | None = None
-    effect: str | None = None
-    principal: str | None = None
-    policy: dict[str, str] | None = None
-    payload: dict[str, Any] | None = None
-    mask: tuple[str, ...] = ()
-    #: When it happened; ``append``'s ``now`` when unset.
-    time: datetime | None = None
-    #: ``shadow`` for a shadow-mode decision (a query column; the body carries it too).
-    mode: str | None = None
-
-
-def masked_payload(event: Event) -> dict[str, Any]:
-    """The payload as stored: masked, plus the sorted ``masked_paths`` when anything was
-    masked (no ``masked_paths`` member means nothing was hidden)."""
-    payload, paths = mask_with_paths(event.payload or {}, event.mask)
-    if not isinstance(payload, dict):  # the pointer "" masked the whole payload
-        payload = {"masked": payload}
-    return {**payload, "masked_paths": paths} if paths else payload
-
-
-def event_body(event: Event, *, tenant: str, seq: int, time: datetime,
-               prev_hash: str) -> dict[str, Any]:
-    """The hashed JSON object of one event (schema version 1)."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "type": event.type,
-        "tenant": tenant,
-        "seq": seq,
-        "time": isoformat(time),
-        "actor": event.actor,
-        "subject": {
-            k: v for k, v in (("decision_id", event.decision_id),
-                              ("approval_id", event.approval_id),
-                              ("permit_jti", event.permit_jti),
-                              ("run_id", event.run_id)) if v is not None
-        },
-        "tool": event.tool,
-        "args_hash": event.args_hash,
-        "effect": event.effect,
-        "policy": event.policy,
-        "payload": masked_payload(event),
-        "prev_hash": prev_hash,
-    }
-
-
-def hash_body(body: dict[str, Any]) -> tuple[str, str]:
-    """``(canonical JSON text, hash)`` of an event body."""
-    canonical = canonicalize(body)
-    return canonical.decode(), hash_bytes(canonical)
 
 
 _HEAD = select(audit_heads.c.seq, audit_heads.c.hash).where(
@@ -198,8 +130,8 @@ def _chain(tenant: str, events: list[Event], seq: int, prev: str, now: datetime
     for event in events:
         seq += 1
         at = event.time or now
-        body = event_body(event, tenant=tenant, seq=seq, time=at, prev_hash=prev)
-        text, digest = hash_body(body)
+        body, text, digest = stored_body(event, tenant=tenant, seq=seq, time=at,
+                                         prev_hash=prev)
         policy = event.policy or {}
         rows.append({
             "tenant": tenant, "seq": seq, "type": event.type, "time": at,

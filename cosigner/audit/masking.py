@@ -23,7 +23,8 @@ import orjson
 
 from cosigner.core import pointer as json_pointer
 
-__all__ = ["ALWAYS_MASKED", "MASK", "is_always_masked", "mask_value", "mask_with_paths"]
+__all__ = ["ALWAYS_MASKED", "MASK", "is_always_masked", "mask_pointers", "mask_value",
+           "mask_with_paths", "none_masked"]
 
 MASK = "•••"
 """What a masked value becomes (a string, whatever the original type)."""
@@ -79,6 +80,23 @@ def _no_masked_keys(doc: Any) -> bool:
     folded = text.lower().translate(None, b"_-")
     return not (b"token" in folded or b"secret" in folded or b"password" in folded
                 or b"apikey" in folded or b"authorization" in folded)
+
+
+#: Member names found not :func:`is_always_masked` (names repeat from event to event).
+_CLEAR_NAMES: set[str] = set()
+_CLEAR_NAMES_MAX = 4096
+
+
+def none_masked(names: set[str]) -> bool:
+    """True when no name in ``names`` (member names, exactly ``str``) is
+    :func:`is_always_masked`."""
+    unknown = names - _CLEAR_NAMES
+    for name in unknown:
+        if is_always_masked(name):
+            return False
+    if unknown and len(_CLEAR_NAMES) + len(unknown) <= _CLEAR_NAMES_MAX:
+        _CLEAR_NAMES.update(unknown)
+    return True
 
 
 def _mask_pointer(doc: Any, pointer: str) -> tuple[Any, bool]:
@@ -152,15 +170,23 @@ def mask_with_paths(obj: Any, pointers: list[str] | tuple[str, ...] = ()
     a copy sharing the unchanged parts (treat it as read-only). Pointers that do not
     resolve are ignored (nothing to hide).
     """
+    doc, found = mask_pointers(obj, pointers)
+    if not _no_masked_keys(doc):
+        doc = _mask_keys(doc, [], found)
+    return doc, sorted(set(found))
+
+
+def mask_pointers(obj: Any, pointers: list[str] | tuple[str, ...]) -> tuple[Any, list[str]]:
+    """``obj`` with the values at ``pointers`` masked (copy-on-write, as
+    :func:`mask_with_paths`), and the pointers that resolved, in order; always-masked keys
+    are left as they are."""
     found: list[str] = []
     doc = obj
     for pointer in pointers:
         doc, hit = _mask_pointer(doc, pointer)
         if hit:
             found.append(pointer)
-    if not _no_masked_keys(doc):
-        doc = _mask_keys(doc, [], found)
-    return doc, sorted(set(found))
+    return doc, found
 
 
 def mask_value(obj: Any, pointers: list[str] | tuple[str, ...] = ()) -> Any:

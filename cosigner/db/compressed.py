@@ -26,7 +26,6 @@ text, which starts with ``{`` or another JSON character, never with a format byt
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 import re
@@ -92,6 +91,24 @@ def _json_bytes(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
 
+def bind_text(value: str | None) -> bytes | None:
+    """What a :class:`CompressedText` column stores for ``value`` (``None`` stays ``None``)."""
+    return None if value is None else compress(value.encode())
+
+
+def bind_json(value: Any) -> bytes | None:
+    """What a :class:`CompressedJSON` column stores for ``value`` (``None`` stays ``None``)."""
+    return None if value is None else compress(_json_bytes(value))
+
+
+def bind_response(value: Any) -> bytes | None:
+    """What a :class:`ResponseJSON` column stores for ``value`` (``None`` stays ``None``)."""
+    if value is None:
+        return None
+    packed = pack_response(value)
+    return packed if packed is not None else compress(_json_bytes(value))
+
+
 class _Blob(LargeBinary):
     """``bytea`` / BLOB with the driver's own values both ways: no ``bytes(value)`` on
     read, so a pre-0017 TEXT value of SQLite reaches :func:`decompress` as ``str``."""
@@ -112,7 +129,7 @@ class CompressedText(TypeDecorator[str]):
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
-        return None if value is None else compress(value.encode())
+        return bind_text(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
         if value is None or isinstance(value, str):
@@ -127,7 +144,7 @@ class CompressedJSON(TypeDecorator[Any]):
     cache_ok = True
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> bytes | None:
-        return None if value is None else compress(_json_bytes(value))
+        return bind_json(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
@@ -145,10 +162,7 @@ class ResponseJSON(CompressedJSON):
     cache_ok = True
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> bytes | None:
-        if value is None:
-            return None
-        packed = pack_response(value)
-        return packed if packed is not None else compress(_json_bytes(value))
+        return bind_response(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
         if value is not None and not isinstance(value, str):
@@ -172,15 +186,10 @@ def pack_response(value: Any) -> bytes | None:
     parts = token.split(".")
     if len(parts) != 3:
         return None
-    try:
-        decoded = [base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
-                   for part in parts]
-    except (ValueError, binascii.Error):
-        return None
-    if [_b64url(raw) for raw in decoded] != parts:
+    header, claims, signature = (_b64url_exact(part) for part in parts)
+    if header is None or claims is None or signature is None:
         return None  # not the one spelling of its bytes: keep it as it was written
     answer = _json_bytes({**value, "permit": {**permit, "token": ""}})
-    header, claims, signature = decoded
     body = b"".join((_LEN.pack(len(answer)), answer, _LEN.pack(len(header)), header,
                      _LEN.pack(len(claims)), claims, signature))
     return bytes([V2_TOKEN]) + _COMPRESSOR.compress(body)
@@ -205,7 +214,26 @@ def _unpack_response(data: bytes) -> Any:
 
 
 def _b64url(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    return binascii.b2a_base64(raw, newline=False).translate(_TO_URL).rstrip(b"=").decode(
+        "ascii")
+
+
+_TO_URL = bytes.maketrans(b"+/", b"-_")
+_FROM_URL = bytes.maketrans(b"-_", b"+/")
+
+
+def _b64url_exact(part: str) -> bytes | None:
+    """The bytes whose unpadded base64url spelling is exactly ``part``, else ``None``
+    (``base64.urlsafe_b64decode`` with the padding added, checked by encoding back)."""
+    if not part.isascii():
+        return None
+    data = part.encode("ascii")
+    try:
+        raw = binascii.a2b_base64(data.translate(_FROM_URL) + b"=" * (-len(data) % 4))
+    except binascii.Error:
+        return None
+    spelled = binascii.b2a_base64(raw, newline=False).translate(_TO_URL).rstrip(b"=")
+    return raw if spelled == data else None
 
 
 def loads_json(data: bytes) -> Any:

@@ -17,15 +17,27 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 PREFIX = "sha256:"
-_HEX = frozenset("0123456789abcdef")
 
 
 def pack(value: str) -> bytes:
     """The stored bytes of a hash text (32 bytes for ``sha256:`` + 64 lower-case hex)."""
-    if len(value) == 71 and value.startswith(PREFIX) and _HEX.issuperset(value[7:]):
-        return bytes.fromhex(value[7:])
+    if len(value) == 71 and value.startswith(PREFIX):
+        hex_digits = value[7:]
+        try:
+            raw = bytes.fromhex(hex_digits)
+        except ValueError:
+            raw = b""
+        # fromhex also reads upper case and skips spaces: the digest is kept only when
+        # its lower-case spelling is the text (32 bytes back to exactly those 64 digits).
+        if raw.hex() == hex_digits:
+            return raw
     text = b"\x00" + value.encode()
     return text if len(text) != 32 else b"\x01\x01" + value.encode()  # never 32 long
+
+
+def bind(value: str | None) -> bytes | None:
+    """What a :class:`Sha256Digest` column stores for ``value`` (``None`` stays ``None``)."""
+    return None if value is None else pack(value)
 
 
 def unpack(stored: bytes | bytearray | memoryview | str) -> str:
@@ -62,7 +74,7 @@ class Sha256Digest(TypeDecorator[str]):
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
-        return None if value is None else pack(value)
+        return bind(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
         return None if value is None else unpack(value)

@@ -14,9 +14,10 @@ connection and transaction, so atomicity, savepoints and lock order are untouche
   The allow batch on PostgreSQL does not come here: it runs on asyncpg itself
   (:mod:`cosigner.db.raw_pg`).
 
-Values go through the same bind processors SQLAlchemy would apply (the engine's dialect:
-``DateTime`` text on SQLite, the engine's ``json_serializer`` for JSON columns), so rows
-written either way are identical. Driver errors are re-raised as SQLAlchemy's own
+Values are encoded as SQLAlchemy's bind processors would (the engine's dialect:
+``DateTime`` text on SQLite, the engine's ``json_serializer`` for JSON columns), by
+encoders compiled once per column (:mod:`cosigner.db.row_encoders`), so rows written
+either way are identical. Driver errors are re-raised as SQLAlchemy's own
 exceptions (``IntegrityError``, ``OperationalError``…, the driver error as ``orig``), so
 :mod:`cosigner.db.batch` and :class:`cosigner.db.database.Database` map them as before
 (unique key → redo item by item, outage → 503).
@@ -25,61 +26,30 @@ exceptions (``IntegrityError``, ``OperationalError``…, the driver error as ``o
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import DateTime, Table
+from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from cosigner.db.row_encoders import rows_encoder
 from cosigner.db.sqlite_inline import InlineConnection
 
-_Processor = Callable[[Any], Any]
-#: SQL, the rows' keys, and (position, bind processor) of the columns that have one.
-_Plan = tuple[str, tuple[str, ...], tuple[tuple[int, _Processor], ...]]
-#: (id(dialect), table name, the rows' keys) → plan
-_PLANS: dict[tuple[int, str, tuple[str, ...]], _Plan] = {}
+#: (table name, the rows' keys) → the INSERT statement
+_SQL: dict[tuple[str, tuple[str, ...]], str] = {}
 
 
-def _plan(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> _Plan:
-    """The statement for rows with ``keys`` (the first row's, as SQLAlchemy does: a
-    column not named keeps its default)."""
-    plan = _PLANS.get((id(dialect), table.name, keys))
-    if plan is None:
-        processors = []
-        for i, name in enumerate(keys):
-            column = table.columns[name]
-            proc: Callable[[Any], Any] | None = (
-                column.type.dialect_impl(dialect).bind_processor(dialect))
-            if proc is not None:
-                if isinstance(column.type, DateTime):
-                    proc = _last_value(proc)
-                processors.append((i, proc))
-        sql = (f"INSERT INTO {table.name} ({', '.join(keys)}) "
-               f"VALUES ({', '.join('?' * len(keys))})")
-        plan = _PLANS[(id(dialect), table.name, keys)] = (sql, keys, tuple(processors))
-    return plan
-
-
-def _last_value(proc: _Processor) -> _Processor:
-    """``proc`` answering a repeat of its previous argument from memory. A batch's rows
-    share few instants (one decision: its row, its two events and its permit row carry the
-    same ``now``), and SQLite's ``DateTime`` text formatting is the costliest bind
-    processor. Datetimes are immutable; one equal to the last (same instant) with the
-    same UTC offset has the same wall-clock fields, which is all the text holds."""
-    last: list[Any] = [object(), None]
-
-    def process(value: Any) -> Any:
-        prev = last[0]
-        if value is prev or (type(value) is type(prev) and value == prev
-                             and value.utcoffset() == prev.utcoffset()):
-            return last[1]  # same instant and offset: the same wall-clock fields
-        out = proc(value)
-        last[0], last[1] = value, out
-        return out
-
-    return process
+def insert_sql(table: Table, keys: tuple[str, ...]) -> str:
+    """``INSERT INTO table (keys) VALUES (?, …)`` (a column not named keeps its default,
+    as when SQLAlchemy inserts rows with the first row's keys)."""
+    sql = _SQL.get((table.name, keys))
+    if sql is None:
+        sql = _SQL[(table.name, keys)] = (
+            f"INSERT INTO {table.name} ({', '.join(keys)}) "
+            f"VALUES ({', '.join('?' * len(keys))})")
+    return sql
 
 
 async def raw_sqlite(conn: AsyncConnection) -> sqlite3.Connection | None:
@@ -95,17 +65,12 @@ async def raw_sqlite(conn: AsyncConnection) -> sqlite3.Connection | None:
 
 
 def sqlite_rows(dialect: Dialect, table: Table, rows: Sequence[dict[str, Any]]
-                ) -> tuple[str, list[list[Any]]]:
-    """``(INSERT SQL, parameter lists)`` for ``rows`` of ``table``, every row with the
-    first row's keys."""
-    sql, keys, processors = _plan(dialect, table, tuple(rows[0]))
-    out = []
-    for row in rows:
-        values = [row[name] for name in keys]
-        for i, proc in processors:
-            values[i] = proc(values[i])
-        out.append(values)
-    return sql, out
+                ) -> tuple[str, Iterator[tuple[Any, ...]]]:
+    """``(INSERT SQL, parameter rows)`` for ``rows`` of ``table``, every row with the
+    first row's keys (values encoded by :mod:`cosigner.db.row_encoders`)."""
+    keys = tuple(rows[0])
+    return insert_sql(table, keys), zip(*rows_encoder(dialect, table, keys)(rows),
+                                        strict=True)
 
 
 async def insert_many(conn: AsyncConnection, table: Table,
@@ -129,7 +94,7 @@ async def insert_many(conn: AsyncConnection, table: Table,
     sqlite_many(db, *sqlite_rows(conn.dialect, table, rows))
 
 
-def sqlite_many(db: sqlite3.Connection, sql: str, params: list[list[Any]]) -> None:
+def sqlite_many(db: sqlite3.Connection, sql: str, params: Iterable[Sequence[Any]]) -> None:
     """``executemany`` on the raw ``sqlite3`` connection, errors raised as SQLAlchemy's."""
     try:
         db.executemany(sql, params)

@@ -28,7 +28,8 @@ The same rows, lock order and redo semantics as the SQLAlchemy path; a redo item
 takes that path (:func:`cosigner.db.batch.savepoint_runner`). Every SQL text the raw
 PostgreSQL path sends is in this module; inserts are built from the table metadata
 (:mod:`cosigner.db.tables`) and the rows' keys, values through the bind processors of
-SQLAlchemy's asyncpg dialect (JSON text, compressed columns), so rows written either way
+SQLAlchemy's asyncpg dialect (JSON text, compressed columns;
+:mod:`cosigner.db.row_encoders`), so rows written either way
 are identical (tests/decisions/test_raw_pg.py).
 
 Errors are mapped as :meth:`cosigner.db.database.Database.transaction` maps SQLAlchemy's:
@@ -57,7 +58,7 @@ from sqlalchemy.engine import Dialect
 
 from cosigner.core.errors import Unavailable
 from cosigner.db.database import Database, UniqueViolation, failed_transaction
-from cosigner.db.raw_insert import sqlite_rows
+from cosigner.db.row_encoders import rows_encoder
 from cosigner.db.tables import decisions
 
 log = logging.getLogger("cosigner.db.raw_pg")
@@ -218,10 +219,10 @@ def _unnest(dialect: Dialect, table: Table, keys: tuple[str, ...], first: int) -
 
 def _columns(dialect: Dialect, table: Table, rows: Sequence[dict[str, Any]]
              ) -> tuple[tuple[str, ...], list[list[Any]]]:
-    """The rows' keys and one list per column, values through the dialect's bind
-    processors (:func:`cosigner.db.raw_insert.sqlite_rows` with the PostgreSQL dialect)."""
-    _, params = sqlite_rows(dialect, table, rows)
-    return tuple(rows[0]), [list(column) for column in zip(*params, strict=True)]
+    """The rows' keys and one list per column, values encoded as the dialect's bind
+    processors would (:mod:`cosigner.db.row_encoders`)."""
+    keys = tuple(rows[0])
+    return keys, rows_encoder(dialect, table, keys)(rows)
 
 
 async def insert_tables(conn: asyncpg.Connection, dialect: Dialect,

@@ -1,0 +1,201 @@
+"""An audit event and its hashed body (schema version 1).
+
+:func:`stored_body` gives an event's body as the chain stores it (payload masked,
+:mod:`cosigner.audit.masking`), its RFC 8785 text and ``"sha256:" + hex(SHA-256(text))``
+(:mod:`cosigner.audit.chain` links the bodies). :func:`event_body` and :func:`hash_body`
+are the definition: mask the payload, build the object, canonicalize it
+(:func:`cosigner.core.canonical.canonicalize`) and hash.
+
+The common event takes a shorter road to the same bytes (:func:`_fast_body`): one orjson
+serialization with sorted keys is the canonical text, and one walk over the body both
+checks its value types (``canonical._check``'s job) and collects its member names
+(whether one is always-masked: :func:`cosigner.audit.masking.none_masked`, the
+masking walk's job). It is taken only where it is proven to give what the definition
+gives, else the definition runs (and raises what it raises):
+
+* orjson is told to refuse what ``canonicalize`` refuses or prints another way: str/int/
+  dict/list subclasses, dataclasses and datetimes (passed through to no ``default``:
+  refused), integers outside ±(2**53 − 1) (``OPT_STRICT_INTEGER``); orjson itself
+  refuses keys that are not exactly ``str`` and lone surrogates;
+* :func:`_plain` proves every value is exactly ``dict``, ``list``, ``str``, ``int``,
+  ``bool`` or ``None`` (no float, tuple, enum, UUID, which orjson would print);
+* a text with a character beyond the BMP falls back (a key there would sort by UTF-16
+  code units in RFC 8785, by code points in orjson).
+
+What is left is a value ``canonical._check`` finds "simple", whose RFC 8785 bytes are by
+definition orjson's output with sorted keys (:func:`cosigner.core.fastjson.dumps_sorted`).
+Masking: the payload is masked at the event's pointers first (as
+:func:`masked_payload`); when no member name anywhere in the body is always-masked (the
+body's own names can only refuse), the masking walk would change nothing more.
+tests/audit/test_events.py checks both roads give the same body, text and hash.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from cosigner.audit.masking import mask_pointers, mask_with_paths, none_masked
+from cosigner.core.canonical import canonicalize, hash_bytes
+from cosigner.core.clock import isoformat
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """What a domain function records.
+
+    ``mask`` lists JSON pointers into ``payload`` to redact; :func:`append` applies them
+    and the always-masked keys (:mod:`cosigner.audit.masking`) before hashing, and the
+    stored payload lists what it hid in ``masked_paths``.
+    """
+
+    type: str
+    actor: dict[str, Any]
+    decision_id: str | None = None
+    approval_id: str | None = None
+    permit_jti: str | None = None
+    run_id: str | None = None
+    tool: str | None = None
+    args_hash: str | None = None
+    effect: str | None = None
+    principal: str | None = None
+    policy: dict[str, str] | None = None
+    payload: dict[str, Any] | None = None
+    mask: tuple[str, ...] = ()
+    #: When it happened; ``append``'s ``now`` when unset.
+    time: datetime | None = None
+    #: ``shadow`` for a shadow-mode decision (a query column; the body carries it too).
+    mode: str | None = None
+
+
+def masked_payload(event: Event) -> dict[str, Any]:
+    """The payload as stored: masked, plus the sorted ``masked_paths`` when anything was
+    masked (no ``masked_paths`` member means nothing was hidden)."""
+    payload, paths = mask_with_paths(event.payload or {}, event.mask)
+    if not isinstance(payload, dict):  # the pointer "" masked the whole payload
+        payload = {"masked": payload}
+    return {**payload, "masked_paths": paths} if paths else payload
+
+
+def event_body(event: Event, *, tenant: str, seq: int, time: datetime,
+               prev_hash: str) -> dict[str, Any]:
+    """The hashed JSON object of one event (schema version 1)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "type": event.type,
+        "tenant": tenant,
+        "seq": seq,
+        "time": isoformat(time),
+        "actor": event.actor,
+        "subject": {
+            k: v for k, v in (("decision_id", event.decision_id),
+                              ("approval_id", event.approval_id),
+                              ("permit_jti", event.permit_jti),
+                              ("run_id", event.run_id)) if v is not None
+        },
+        "tool": event.tool,
+        "args_hash": event.args_hash,
+        "effect": event.effect,
+        "policy": event.policy,
+        "payload": masked_payload(event),
+        "prev_hash": prev_hash,
+    }
+
+
+def hash_body(body: dict[str, Any]) -> tuple[str, str]:
+    """``(canonical JSON text, hash)`` of an event body."""
+    canonical = canonicalize(body)
+    return canonical.decode(), hash_bytes(canonical)
+
+
+def stored_body(event: Event, *, tenant: str, seq: int, time: datetime, prev_hash: str
+                ) -> tuple[dict[str, Any], str, str]:
+    """``(body, canonical JSON text, hash)`` of ``event`` as the chain stores it: exactly
+    :func:`event_body` and :func:`hash_body` (see the module docstring).
+
+    Raises:
+        InvalidJSON: the body has no RFC 8785 form (as :func:`hash_body`).
+    """
+    fast = _fast_body(event, tenant, seq, time, prev_hash)
+    if fast is not None:
+        body, canonical = fast
+        return body, canonical.decode(), hash_bytes(canonical)
+    body = event_body(event, tenant=tenant, seq=seq, time=time, prev_hash=prev_hash)
+    text, digest = hash_body(body)
+    return body, text, digest
+
+
+#: orjson options of the fast road: sorted keys (RFC 8785 order for BMP keys), and the
+#: values ``canonicalize`` refuses or writes differently refused (module docstring).
+_FAST_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
+                 | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
+                 | orjson.OPT_PASSTHROUGH_DATETIME)
+#: Lead bytes of UTF-8's four-byte sequences (characters beyond the BMP).
+_BEYOND_BMP = re.compile(rb"[\xf0-\xf4]")
+
+
+def _fast_body(event: Event, tenant: str, seq: int, time: datetime, prev_hash: str
+               ) -> tuple[dict[str, Any], bytes] | None:
+    """``(body, RFC 8785 bytes)`` when proven equal to the definition's, else ``None``."""
+    payload: Any = event.payload or {}
+    if event.mask:
+        payload, found = mask_pointers(payload, event.mask)
+        if type(payload) is not dict:
+            return None
+        if found:
+            payload = {**payload, "masked_paths": sorted(set(found))}
+    elif type(payload) is not dict:
+        return None
+    subject = {}
+    if event.decision_id is not None:
+        subject["decision_id"] = event.decision_id
+    if event.approval_id is not None:
+        subject["approval_id"] = event.approval_id
+    if event.permit_jti is not None:
+        subject["permit_jti"] = event.permit_jti
+    if event.run_id is not None:
+        subject["run_id"] = event.run_id
+    body = {"schema_version": SCHEMA_VERSION, "type": event.type, "tenant": tenant,
+            "seq": seq, "time": isoformat(time), "actor": event.actor, "subject": subject,
+            "tool": event.tool, "args_hash": event.args_hash, "effect": event.effect,
+            "policy": event.policy, "payload": payload, "prev_hash": prev_hash}
+    try:
+        text = orjson.dumps(body, option=_FAST_OPTIONS)
+    except orjson.JSONEncodeError:
+        return None
+    if not text.isascii() and _BEYOND_BMP.search(text):
+        return None
+    names: set[str] = set()
+    try:
+        if not _plain(body, names):
+            return None
+    except RecursionError:
+        return None
+    return (body, text) if none_masked(names) else None
+
+
+_NoneType = type(None)
+
+
+def _plain(value: dict[str, Any] | list[Any], names: set[str]) -> bool:
+    """True when everything in ``value`` is exactly a dict, list, str, int, bool or None;
+    adds the member names of every object in it to ``names``."""
+    if type(value) is dict:
+        names.update(value)
+        items: Any = value.values()
+    else:
+        items = value
+    for item in items:
+        kind = type(item)
+        if kind is str or kind is int or kind is _NoneType or kind is bool:
+            continue
+        if (kind is dict or kind is list) and _plain(item, names):
+            continue
+        return False
+    return True
