@@ -35,9 +35,8 @@ import random
 import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import asyncpg
 from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
@@ -54,6 +53,9 @@ from cosigner.db.database import (
 )
 from cosigner.db.raw_insert import insert_many, sqlite_many, sqlite_rows
 from cosigner.db.raw_transaction import raw_transaction
+
+if TYPE_CHECKING:
+    import asyncpg
 
 log = logging.getLogger("cosigner.db.batch")
 

@@ -49,9 +49,8 @@ import logging
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import asyncpg
 from sqlalchemy import Table
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
@@ -60,6 +59,9 @@ from cosigner.core.errors import Unavailable
 from cosigner.db.database import Database, UniqueViolation, failed_transaction
 from cosigner.db.row_encoders import rows_encoder
 from cosigner.db.tables import decisions
+
+if TYPE_CHECKING:  # imported where a PostgreSQL batch runs: SQLite servers never load it
+    import asyncpg
 
 log = logging.getLogger("cosigner.db.raw_pg")
 
@@ -91,6 +93,7 @@ class PgLink:
         Raises:
             Unavailable ``storage_unavailable``: PostgreSQL cannot be reached.
         """
+        import asyncpg
         loop = asyncio.get_running_loop()
         if self.conn is not None and (self.conn.is_closed() or self._loop is not loop):
             self._drop()
@@ -120,6 +123,7 @@ class PgLink:
             conn.terminate()
 
     async def close(self) -> None:
+        import asyncpg
         conn, self.conn = self.conn, None
         if conn is not None and not conn.is_closed():
             try:
@@ -136,6 +140,7 @@ class PgLink:
             TransientConflict: PostgreSQL aborted the transaction (deadlock, serialization).
             Unavailable: any other database failure, the commit included.
         """
+        import asyncpg
         conn = await self.connect()
         try:
             try:
@@ -173,6 +178,7 @@ _BEGIN = "BEGIN"
 def _sqlalchemy_error(exc: BaseException) -> sa_exc.DBAPIError:
     """The SQLAlchemy exception SQLAlchemy's asyncpg adapter would raise for ``exc``
     (``orig`` is the asyncpg error, with its ``sqlstate``)."""
+    import asyncpg
     if isinstance(exc, asyncpg.IntegrityConstraintViolationError):
         cls: type[sa_exc.DBAPIError] = sa_exc.IntegrityError
     elif isinstance(exc, asyncpg.DataError):
