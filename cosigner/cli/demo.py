@@ -283,7 +283,7 @@ def _verify_audit(url: str, auditor_key: str, story: Story) -> None:
         story.line("audit", "-", f"HTTP {export.status_code}")
         story.expect(False, "the audit export to be available")
         return
-    lines = export.text.splitlines()
+    lines = export.text.split("\n")  # LF only: RFC 8785 leaves U+2028 etc. raw in strings
     report = verify_export(lambda: iter(lines), jwks.json())
     detail = (f"{report.events} events, {report.checkpoints} signed checkpoints"
               if report.ok else f"{report.fault} at seq {report.bad_seq}")

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from operator import itemgetter
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import Column, Table
 from sqlalchemy.dialects.sqlite import DATETIME as SQLITE_DATETIME
@@ -50,15 +51,20 @@ _VALUE_ENCODERS: dict[type, Callable[[Any], Any]] = {
     compressed.ResponseJSON: compressed.bind_response,
 }
 _SQLITE_DATETIME_FORMAT = SQLITE_DATETIME._storage_format  # noqa: SLF001 - the default
-_ENCODERS: dict[tuple[int, str, tuple[str, ...]], RowsEncoder] = {}
+#: Per dialect object (weakly: a dialect dropped with its engine takes its encoders along,
+#: and a new dialect at a reused address never meets another dialect's encoders).
+_ENCODERS: WeakKeyDictionary[Dialect, dict[tuple[str, tuple[str, ...]], RowsEncoder]] = (
+    WeakKeyDictionary())
 
 
 def rows_encoder(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> RowsEncoder:
     """The encoder of ``table``'s rows holding ``keys`` on ``dialect`` (built once)."""
-    cache_key = (id(dialect), table.name, keys)
-    found = _ENCODERS.get(cache_key)
+    per_dialect = _ENCODERS.get(dialect)
+    if per_dialect is None:
+        per_dialect = _ENCODERS[dialect] = {}
+    found = per_dialect.get((table.name, keys))
     if found is None:
-        found = _ENCODERS[cache_key] = _compile(dialect, table, keys)
+        found = per_dialect[(table.name, keys)] = _compile(dialect, table, keys)
     return found
 
 

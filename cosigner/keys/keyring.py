@@ -39,7 +39,7 @@ import orjson
 
 from cosigner.core import fastjson
 from cosigner.core.errors import PermitRefused
-from cosigner.keys.ed25519 import Ed25519Key, ed25519_signer
+from cosigner.keys.ed25519 import Ed25519Key, ed25519_signer, public_of
 from cosigner.keys.folder import locked, read_key_file, tighten, write_key_file
 from cosigner.keys.material import (
     ALGORITHM,
@@ -145,6 +145,7 @@ class Keyring:
                 write_key_file(key_dir, signing_key, current)
             if not signing_key.is_private:
                 raise KeyringError(f"current key {current.kid} has no private part")
+            _check_pair(signing_key, current.kid)
 
             entries: dict[str, Entry] = {current.kid: make_entry(signing_key, current)}
             for key, info in loaded:
@@ -446,5 +447,17 @@ def _decode_json_segment(segment: str, *, what: str) -> dict[str, Any]:
     return value
 
 
+def _check_pair(key: Ed25519Key, kid: str) -> None:
+    """Refuse a signing key whose published ``x`` is not the public key of its ``d``:
+    every permit it signed would fail verification (fail closed, but only at the first
+    redeem), so the server refuses to start instead.
 
-
+    Raises:
+        KeyringError: ``x`` is malformed or belongs to another key.
+    """
+    try:
+        matches = key.seed is not None and public_of(key.seed) == key.x
+    except ValueError as exc:
+        raise KeyringError(f"key {kid}: x is not a 32-byte Ed25519 public key") from exc
+    if not matches:
+        raise KeyringError(f"key {kid}: x is not the public key of d")

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from cosigner.core.errors import PermitRefused
+from cosigner.keys.ed25519 import Ed25519Key
 from cosigner.keys.keyring import Keyring, KeyringError
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -492,3 +493,23 @@ def test_K17_eddsa_key_rotation_keeps_its_alg() -> None:
     keyring = Keyring.ephemeral(now=T0, max_token_lifetime_s=LIFETIME_S, alg="EdDSA")
     keyring.rotate(now=T0 + timedelta(seconds=1))
     assert {k["alg"] for k in keyring.jwks(now=T0 + timedelta(seconds=1))["keys"]} == {"EdDSA"}
+
+
+def test_signing_key_whose_x_is_not_the_public_key_of_its_d_is_refused(
+        tmp_path: Path) -> None:
+    # A consistent file (kid = thumbprint of x, named by it) whose d belongs to another
+    # key: every permit would fail verification, so loading refuses it at startup.
+    keyring, _, key_dir = make_keyring(tmp_path)
+    path = key_dir / f"{keyring.current_kid}.json"
+    document = json.loads(path.read_text())
+    document["jwk"]["x"] = b64url(
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    )
+    document["kid"] = Ed25519Key.import_key(document["jwk"]).thumbprint()
+    path.unlink()
+    (key_dir / f"{document['kid']}.json").write_text(json.dumps(document))
+
+    with pytest.raises(KeyringError, match="not the public key of d"):
+        Keyring.load_or_create(key_dir, now=T0, max_token_lifetime_s=LIFETIME_S)
