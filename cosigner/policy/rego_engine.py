@@ -4,8 +4,9 @@ Modules are the bundle's ``*.rego`` files (Rego v1 syntax), except ``*_test.rego
 which only :func:`run_rego_tests` compiles. They are compiled once, at load, into a
 ``regopy.Bundle`` with the manifest's entrypoint (``Interpreter.build(None,
 [entrypoint])``); each evaluation is then ``set_input`` + ``query_bundle_entrypoint``,
-which skips the query parser (about 85 µs for the refund policy against ~1 ms for
-``Interpreter.query``).
+which skips the query parser (for the refund policy on the 2-core bench machine in
+session 6: ~300 µs, plus ~100 µs for ``set_input``, against ~4 ms for
+``Interpreter.query``; bench/README.md "Session 6 merged").
 
 Errors (translated here and nowhere else, STYLE habit 5):
 
