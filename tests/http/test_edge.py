@@ -8,6 +8,7 @@ whose edge is off gets the same statuses, headers in the same order, bodies and 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -30,6 +31,13 @@ _UUID4_HEX = re.compile(r"[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}")
 _ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
+def _task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop
+        return None
+
+
 class Lines(logging.Handler):
     """Log lines of the ``cosigner`` loggers with the request context they were written
     in; the access line without its duration."""
@@ -43,12 +51,17 @@ class Lines(logging.Handler):
         if record.name == "cosigner.access":
             message = message.rsplit(" ", 1)[0]
         self.lines.append((record.name, record.levelname, message, logs.request_id.get(),
-                           logs.tenant.get() is not None, logs.decision_id.get() is not None))
+                           logs.tenant.get() is not None, logs.decision_id.get() is not None,
+                           _task()))
 
     def seen(self, given: str | None) -> list[tuple[Any, ...]]:
-        """The lines so far (then forgotten), the request id as ``<given>`` or ``<new>``."""
+        """The lines so far (then forgotten), the request id as ``<given>`` or ``<new>``;
+        only those written by the calling task (the in-process transport runs the app in
+        it): the apps' background tasks (checkpoints, sweeps, the committer) share the
+        database and log on their own schedule."""
+        here = _task()
         seen = [(*line[:3], "<given>" if line[3] == given else "<new>" if line[3] else None,
-                 *line[4:]) for line in self.lines]
+                 *line[4:6]) for line in self.lines if line[6] is here]
         self.lines.clear()
         return seen
 
