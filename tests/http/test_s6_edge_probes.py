@@ -13,16 +13,8 @@ import pytest
 
 from cosigner.core import logs
 from cosigner.core.settings import RateLimits
-from cosigner.http.edge import CosignerAPI
 from tests.conftest import Harness, decision_request
-
-
-async def _pair(harness_factory: Any, **settings: Any) -> tuple[Harness, Harness]:
-    edge: Harness = await harness_factory(access_log=True, **settings)
-    stack: Harness = await harness_factory(access_log=True, **settings)
-    assert isinstance(stack.app, CosignerAPI)
-    stack.app.edge = None
-    return edge, stack
+from tests.http.test_edge import pair
 
 
 def _scope(path: str, headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, Any]:
@@ -75,7 +67,7 @@ async def _send_fails_on_body(h: Harness, runtime: dict[str, str], side: str
 async def test_a_send_failing_after_the_start_is_raised_once_as_by_the_stack(
         harness_factory: Any, tenant: str) -> None:
     seen = []
-    for side, h in zip("es", await _pair(harness_factory), strict=True):
+    for side, h in zip("es", await pair(harness_factory), strict=True):
         runtime = await h.headers(tenant, "runtime")
         seen.append(await _send_fails_on_body(h, runtime, side))
     edge, stack = seen
@@ -92,7 +84,7 @@ async def test_door_and_route_headers_never_let_a_request_go_uncounted(
     limit still holds (no bypass by a leading decoy header)."""
     limits = {"*": RateLimits(credential_burst=3, credential_per_s=0, tenant_burst=0,
                               tenant_per_s=0, decisions_per_min=0, approvals_per_min=0)}
-    for h in await _pair(harness_factory, rate_limits=limits):
+    for h in await pair(harness_factory, rate_limits=limits):
         runtime = await h.headers(tenant, "runtime")
         # warm the key cache as a real client would
         first = await h.client.post("/v1/decisions", headers=runtime,
@@ -114,7 +106,7 @@ async def test_two_tenants_keys_in_one_request_act_as_the_stack(
     the stack did (the door's cached first key; else the route's last key) — both keys
     are the sender's own, so no identity is gained; recorded for the report."""
     answers = []
-    for h in await _pair(harness_factory):
+    for h in await pair(harness_factory):
         a = await h.headers(tenant, "runtime")
         b = await h.headers(tenant + "-other", "runtime")
         out = []

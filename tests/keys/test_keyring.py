@@ -246,15 +246,17 @@ def test_interrupted_rotation_resolves_to_newest_key(tmp_path: Path) -> None:
     assert "d" not in json.loads((key_dir / f"{first_kid}.json").read_text())["jwk"]
 
 
+def _foreign_x() -> str:
+    """The JWK ``x`` of another, fresh Ed25519 key."""
+    return b64url(Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw))
+
+
 def test_key_file_whose_kid_does_not_match_its_key_is_refused(tmp_path: Path) -> None:
     keyring, _, key_dir = make_keyring(tmp_path)
     path = key_dir / f"{keyring.current_kid}.json"
     document = json.loads(path.read_text())
-    document["jwk"]["x"] = b64url(
-        Ed25519PrivateKey.generate()
-        .public_key()
-        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    )
+    document["jwk"]["x"] = _foreign_x()
     path.write_text(json.dumps(document))
 
     with pytest.raises(KeyringError):
@@ -502,11 +504,7 @@ def test_signing_key_whose_x_is_not_the_public_key_of_its_d_is_refused(
     keyring, _, key_dir = make_keyring(tmp_path)
     path = key_dir / f"{keyring.current_kid}.json"
     document = json.loads(path.read_text())
-    document["jwk"]["x"] = b64url(
-        Ed25519PrivateKey.generate()
-        .public_key()
-        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    )
+    document["jwk"]["x"] = _foreign_x()
     document["kid"] = Ed25519Key.import_key(document["jwk"]).thumbprint()
     path.unlink()
     (key_dir / f"{document['kid']}.json").write_text(json.dumps(document))
