@@ -163,6 +163,14 @@ class Harness:
     def db(self) -> Database:
         return self.context.db
 
+    def pin_rate_windows(self, at: float = 1_800_000_000.25) -> None:
+        """Stop the clock of this app's rate-limit windows at ``at`` (seconds since the
+        epoch; by default just after a minute starts, so every 1, 10 and 60 s window is
+        fresh and has no window before it). A count then no longer depends on how long the
+        test's requests take on a loaded machine (a window boundary crossed mid-test
+        refills the sliding windows)."""
+        self.context.quotas._windows._now = lambda: at
+
     async def key(self, tenant: str, *roles: str, subject: str | None = None) -> str:
         key, _ = await create_api_key(self.db, tenant=tenant, roles=list(roles),
                                       subject=subject, clock=self.context.clock)

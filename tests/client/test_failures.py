@@ -154,16 +154,24 @@ def test_rate_limited_carries_retry_after_and_denies(strict: Strict) -> None:
 
 def test_rate_limited_is_retried_after_retry_after_within_the_deadline(
         strict: Strict) -> None:
-    key = strict.key(strict.limited)
-    proxy = FaultProxy(strict.url)
-    try:
-        _spend(strict, key)
-        with gate(proxy.url, key, timeout=15, retries=4) as g:
-            decision = g.decide("get_order", ORDER)
-        assert decision.effect == "allow", decision.error
-        assert proxy.seen["POST /v1/decisions"] >= 2  # refused first, then waited
-    finally:
-        proxy.close()
+    # 1/s sustained: the sliding window frees a slot about every second, so on a loaded
+    # machine the gate's first request may already find one (admitted at once, nothing to
+    # wait for); then spend again with a fresh credential, a few times at most.
+    posts = 0
+    for _ in range(4):
+        key = strict.key(strict.limited)
+        proxy = FaultProxy(strict.url)
+        try:
+            _spend(strict, key)
+            with gate(proxy.url, key, timeout=15, retries=4) as g:
+                decision = g.decide("get_order", ORDER)
+            assert decision.effect == "allow", decision.error
+            posts = proxy.seen["POST /v1/decisions"]
+        finally:
+            proxy.close()
+        if posts >= 2:  # refused first, then waited Retry-After and admitted
+            break
+    assert posts >= 2
 
 
 def test_overloaded_when_a_server_bound_is_full(strict: Strict) -> None:

@@ -48,6 +48,7 @@ async def test_credential_burst_answers_429_with_retry_after_and_logs_refusals_b
         harness_factory: Callable[..., Awaitable[Harness]], tenant: str) -> None:
     # 1/s sustained is counted over 10 s: 10 requests pass, then the credential waits.
     harness = await harness_factory(rate_limits=_limits(credential_per_s=1))
+    harness.pin_rate_windows()
     headers = await harness.headers(tenant, "runtime", subject="rt-1")
     other = await harness.headers(tenant, "runtime", subject="rt-2")  # another credential
     responses = [await harness.client.post("/v1/decisions", headers=headers,
@@ -73,6 +74,7 @@ async def test_credential_burst_answers_429_with_retry_after_and_logs_refusals_b
 async def test_tenant_limit_sheds_the_flooding_tenant_not_the_other(
         harness_factory: Callable[..., Awaitable[Harness]], tenant: str) -> None:
     harness = await harness_factory(rate_limits=_limits(tenant_per_s=1))  # 10 per 10 s
+    harness.pin_rate_windows()
     flooding = [await harness.headers(tenant, "runtime", subject=f"rt-{i}")
                 for i in range(3)]
     quiet = await harness.headers(tenant + "-b", "runtime")
@@ -89,6 +91,7 @@ async def test_decision_and_approval_quotas_per_minute(
         harness_factory: Callable[..., Awaitable[Harness]], tenant: str) -> None:
     harness = await harness_factory(rate_limits=_limits(decisions_per_min=3,
                                                         approvals_per_min=1))
+    harness.pin_rate_windows()
     headers = await harness.headers(tenant, "runtime")
     opened = await harness.client.post("/v1/decisions", headers=headers, json=decision_request(
         run={"id": "run-a"}, args=APPROVAL_ARGS))
