@@ -63,14 +63,26 @@ def _strict_integer(checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
+#: ECMA-262's ASCII-only classes (Python's ``\d`` and ``\w`` also match other scripts'
+#: digits and letters, so "0" + U+0660 would pass ``\d{2}``), outside and inside ``[...]``.
+_ECMA_CLASSES = {"d": "[0-9]", "D": "[^0-9]", "w": "[A-Za-z0-9_]", "W": "[^A-Za-z0-9_]"}
+_ECMA_IN_CLASS = {"d": "0-9", "D": r"\x00-/:-\U0010ffff", "w": "A-Za-z0-9_",
+                  "W": r"\x00-/:-@\[-\^`{-\U0010ffff"}
+
+
 def ecma_pattern(pattern: str) -> str:
-    """``pattern`` with ECMA-262 ``$``: end of input only (Python's ``$`` also matches
-    before a trailing newline, so ``"ord_1\\n"`` would pass ``^ord_[0-9]+$``)."""
+    """``pattern`` with ECMA-262 semantics where Python's differ: ``$`` is the end of
+    input only (Python's ``$`` also matches before a trailing newline, so ``"ord_1\\n"``
+    would pass ``^ord_[0-9]+$``), and ``\\d \\D \\w \\W`` are ASCII classes (ECMA-262
+    §22.2.2.9; ``\\s`` and ``\\b`` are left as Python's, which jsonschema-rs matches)."""
     out: list[str] = []
     escaped = in_class = False
     for char in pattern:
         if escaped:
             escaped = False
+            if char in _ECMA_CLASSES:
+                out[-1] = (_ECMA_IN_CLASS if in_class else _ECMA_CLASSES)[char]
+                continue
         elif char == "\\":
             escaped = True
         elif char == "[":

@@ -47,6 +47,8 @@ SYNTHETIC: list[dict[str, Any]] = [
     {"type": "string", "pattern": "^[a-z]+$|^x$"},
     {"type": "string", "pattern": "[$]"},
     {"type": "string", "pattern": "\\d{2}"},
+    {"type": "string", "pattern": "^[\\w-]+$"},
+    {"type": "string", "pattern": "[^\\W]\\D|[\\d]"},
     {"type": "string", "minLength": 2, "maxLength": 3},
     {"type": "array", "uniqueItems": True},
     {"type": "array", "items": {"type": "integer"}, "maxItems": 3},
@@ -82,7 +84,8 @@ SCHEMAS = catalogue_schemas() + SYNTHETIC
 TEXT = st.one_of(
     st.text(max_size=6),
     st.sampled_from(["", "a", "ab", "abc", "x", "x_1", "ord_1", "ord_8472", "ord_1\n",
-                     "ord_", "ORD_1", "ord_a1", "12", "١٢", "a$", "\U0001f600\U0001f600",
+                     "ord_", "ORD_1", "ord_a1", "12", "١٢", "0٠", "é-", "a$",
+                     "\U0001f600\U0001f600",
                      "é", "USD", "EUR", "XYZ", "duplicate_charge", "goodwill", "name",
                      "size", "/tmp/a", "a@b.c", "path", "query"]),
     st.from_regex(r"\Aord_[A-Za-z0-9]{0,34}\Z"),
@@ -228,3 +231,19 @@ def test_without_a_compiled_validator_jsonschema_decides_everything() -> None:
     lazy = CompiledOnFirstUse({"$ref": "https://example.invalid/schema.json"})
     assert lazy.is_valid({}) is False
     assert lazy.is_valid(1) is False
+
+
+ECMA_PATTERNS = [r"\d{2}", r"[\d]", r"\D", r"[\D]", r"\w+$", r"[\w-]", r"[^\W]", r"[\W]",
+                 r"\W", r"^[\d\w]$", r"\\d", r"[a\]\d]"]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(pattern=st.sampled_from(ECMA_PATTERNS), text=st.text(alphabet=st.sampled_from(
+    list("0a_Z-]\\d \u0660\u00e9\u00a0\U0001f600\n!/:@[^`{")), max_size=4))
+def test_ecma_classes_are_ascii_as_in_the_compiled_validator(pattern: str, text: str) -> None:
+    """``\\d \\D \\w \\W`` (in and out of ``[...]``) match what jsonschema-rs matches
+    (ECMA-262: ASCII digits and word characters), not Python's Unicode classes."""
+    compiled = compiled_validator({"type": "string", "pattern": pattern})
+    assert compiled is not None
+    assert StrictValidator({"type": "string", "pattern": pattern}).is_valid(text) == \
+        compiled.is_valid(text), (pattern, text)
