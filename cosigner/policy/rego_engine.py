@@ -41,6 +41,7 @@ from typing import Any
 import regopy
 
 from cosigner.core.errors import PolicyError
+from cosigner.policy.rego_input import query_entrypoint, set_input
 
 _ERROR_RE = re.compile(
     r"\(error \d+:(?P<file>[^|]*)\|(?P<offset>\d+)\|\d+\s*\(errormsg (?P<len>\d+):"
@@ -177,6 +178,7 @@ class RegoEngine:
         self._compiled = compiled
         package, rule = entrypoint_path(entrypoint)
         self._plan = package.replace(".", "/") + "/" + rule
+        self._plan_c = self._plan.encode()
         self._lock = threading.Lock()
         self._keys: frozenset[str] | None = None
 
@@ -211,20 +213,19 @@ class RegoEngine:
             input_doc = {k: input_doc[k] for k in self._keys if k in input_doc}
         with self._lock:
             try:
-                self._interpreter.set_input(input_doc)
-                output = self._interpreter.query_bundle_entrypoint(self._compiled, self._plan)
+                set_input(self._interpreter, input_doc)
+                results = query_entrypoint(self._interpreter, self._compiled, self._plan_c)
             except regopy.RegoError as exc:
                 raise PolicyError(f"Rego evaluation failed: {exc}") from exc
-            if not output.ok():
-                raise PolicyError(
-                    "Rego evaluation failed (conflicting rule outputs or a builtin error)"
-                )
-            results = output.results
-        if not results or not results[0].expressions:
+        if results is None:
+            raise PolicyError(
+                "Rego evaluation failed (conflicting rule outputs or a builtin error)"
+            )
+        if not results or not results[0]:
             return None
-        if len(results) > 1 or len(results[0].expressions) > 1:
+        if len(results) > 1 or len(results[0]) > 1:
             raise PolicyError("Rego entrypoint gave more than one value")
-        value = results[0].expressions[0]
+        value = results[0][0]
         if value is None:  # a defined null is a wrong shape, not "undefined"
             raise PolicyError("Rego entrypoint is null, not a policy result object")
         return value
