@@ -3,10 +3,18 @@
 Modules are the bundle's ``*.rego`` files (Rego v1 syntax), except ``*_test.rego``,
 which only :func:`run_rego_tests` compiles. They are compiled once, at load, into a
 ``regopy.Bundle`` with the manifest's entrypoint (``Interpreter.build(None,
-[entrypoint])``); each evaluation is then ``set_input`` + ``query_bundle_entrypoint``,
-which skips the query parser (for the refund policy on the 2-core bench machine in
-session 6: ~300 µs, plus ~100 µs for ``set_input``, against ~4 ms for
-``Interpreter.query``; bench/README.md "Session 6 merged").
+[entrypoint])``); each evaluation then sets the input and queries the bundle's plan for
+the entrypoint (which skips the query parser: ``Interpreter.query`` costs ~4 ms), through
+rego-cpp's C API directly (:mod:`cosigner.policy.rego_input`, the same calls regopy
+makes, without its per-value ``isinstance`` walk and ``Output`` objects). Only the
+top-level input members the modules read are converted (:func:`input_keys`).
+
+Cost (session 7, in process, µs of CPU per evaluation on the 2-core bench machine, the
+reference ``rego/refunds`` bundle, allow / require_approval / deny; ``bench/policy_eval.py
+--parts``): input ~15–20 (regopy's ``set_input``: ~33–38), query ~50–90 (the policy's
+own evaluation; ~100–135 before its rewrite), ``evaluate_sync`` in all ~80 / ~110 / ~80
+against ~150 / ~175 / ~140 before. What makes Rego slow in rego-cpp 1.5.2 is written up
+in ``rego/refunds/refunds.rego``'s header.
 
 Errors (translated here and nowhere else, STYLE habit 5):
 
@@ -231,7 +239,7 @@ class RegoEngine:
         return value
 
     async def evaluate(self, input_doc: dict[str, Any]) -> Any:
-        """Async :meth:`evaluate_sync` (runs inline: it is CPU-bound and ~100 µs)."""
+        """Async :meth:`evaluate_sync` (runs inline: it is CPU-bound and ~50–150 µs)."""
         return self.evaluate_sync(input_doc)
 
 

@@ -57,16 +57,16 @@ scalars = (
     | st.text()
     | st.sampled_from(["", "a\x00b", "\ud800", "é€😀", Level.LOW, 1.0, -0.0])
 )
-values = st.recursive(
-    scalars,
-    lambda inner: (
-        st.lists(inner, max_size=5)
-        | st.dictionaries(st.text(max_size=8) | st.integers(-5, 5), inner, max_size=5)
-        | st.lists(inner, max_size=3).map(tuple)
-        | st.frozensets(st.integers(-3, 3) | st.text(max_size=3), max_size=3)
-    ),
-    max_leaves=25,
-)
+
+
+def containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return (st.lists(inner, max_size=5)
+            | st.dictionaries(st.text(max_size=8) | st.integers(-5, 5), inner, max_size=5)
+            | st.lists(inner, max_size=3).map(tuple)
+            | st.frozensets(st.integers(-3, 3) | st.text(max_size=3), max_size=3))
+
+
+values = st.recursive(scalars, containers, max_leaves=25)
 
 
 @given(value=values)
