@@ -3,10 +3,18 @@
 Modules are the bundle's ``*.rego`` files (Rego v1 syntax), except ``*_test.rego``,
 which only :func:`run_rego_tests` compiles. They are compiled once, at load, into a
 ``regopy.Bundle`` with the manifest's entrypoint (``Interpreter.build(None,
-[entrypoint])``); each evaluation is then ``set_input`` + ``query_bundle_entrypoint``,
-which skips the query parser (for the refund policy on the 2-core bench machine in
-session 6: ~300 µs, plus ~100 µs for ``set_input``, against ~4 ms for
-``Interpreter.query``; bench/README.md "Session 6 merged").
+[entrypoint])``); each evaluation then sets the input and queries the bundle's plan for
+the entrypoint (which skips the query parser: ``Interpreter.query`` costs ~4 ms), through
+rego-cpp's C API directly (:mod:`cosigner.policy.rego_input`, the same calls regopy
+makes, without its per-value ``isinstance`` walk and ``Output`` objects). Only the
+top-level input members the modules read are converted (:func:`input_keys`).
+
+Cost (session 7, in process, µs of CPU per evaluation on the 2-core bench machine, the
+reference ``rego/refunds`` bundle, allow / require_approval / deny; ``bench/policy_eval.py
+--parts``): input ~15–20 (regopy's ``set_input``: ~33–38), query ~50–90 (the policy's
+own evaluation; ~100–135 before its rewrite), ``evaluate_sync`` in all ~80 / ~110 / ~80
+against ~150 / ~175 / ~140 before. What makes Rego slow in rego-cpp 1.5.2 is written up
+in ``rego/refunds/refunds.rego``'s header.
 
 Errors (translated here and nowhere else, STYLE habit 5):
 
@@ -41,6 +49,7 @@ from typing import Any
 import regopy
 
 from cosigner.core.errors import PolicyError
+from cosigner.policy.rego_input import query_entrypoint, set_input
 
 _ERROR_RE = re.compile(
     r"\(error \d+:(?P<file>[^|]*)\|(?P<offset>\d+)\|\d+\s*\(errormsg (?P<len>\d+):"
@@ -177,6 +186,7 @@ class RegoEngine:
         self._compiled = compiled
         package, rule = entrypoint_path(entrypoint)
         self._plan = package.replace(".", "/") + "/" + rule
+        self._plan_c = self._plan.encode()
         self._lock = threading.Lock()
         self._keys: frozenset[str] | None = None
 
@@ -211,26 +221,25 @@ class RegoEngine:
             input_doc = {k: input_doc[k] for k in self._keys if k in input_doc}
         with self._lock:
             try:
-                self._interpreter.set_input(input_doc)
-                output = self._interpreter.query_bundle_entrypoint(self._compiled, self._plan)
+                set_input(self._interpreter, input_doc)
+                results = query_entrypoint(self._interpreter, self._compiled, self._plan_c)
             except regopy.RegoError as exc:
                 raise PolicyError(f"Rego evaluation failed: {exc}") from exc
-            if not output.ok():
-                raise PolicyError(
-                    "Rego evaluation failed (conflicting rule outputs or a builtin error)"
-                )
-            results = output.results
-        if not results or not results[0].expressions:
+        if results is None:
+            raise PolicyError(
+                "Rego evaluation failed (conflicting rule outputs or a builtin error)"
+            )
+        if not results or not results[0]:
             return None
-        if len(results) > 1 or len(results[0].expressions) > 1:
+        if len(results) > 1 or len(results[0]) > 1:
             raise PolicyError("Rego entrypoint gave more than one value")
-        value = results[0].expressions[0]
+        value = results[0][0]
         if value is None:  # a defined null is a wrong shape, not "undefined"
             raise PolicyError("Rego entrypoint is null, not a policy result object")
         return value
 
     async def evaluate(self, input_doc: dict[str, Any]) -> Any:
-        """Async :meth:`evaluate_sync` (runs inline: it is CPU-bound and ~100 µs)."""
+        """Async :meth:`evaluate_sync` (runs inline: it is CPU-bound and ~50–150 µs)."""
         return self.evaluate_sync(input_doc)
 
 

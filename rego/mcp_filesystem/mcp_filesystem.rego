@@ -24,13 +24,14 @@ decision := decide_in({"tool": input.tool, "args": input.args}, roots)
 
 server := "filesystem"
 
-read_tools := {
+# Lists, not sets: rego-cpp rebuilds (and hashes) a set literal on every query.
+read_tools := [
 	"read_text_file", "read_file", "read_media_file", "read_multiple_files",
 	"list_directory", "list_directory_with_sizes", "directory_tree", "search_files",
 	"get_file_info", "list_allowed_directories",
-}
+]
 
-write_tools := {"write_file", "edit_file", "create_directory", "move_file"}
+write_tools := ["write_file", "edit_file", "create_directory", "move_file"]
 
 maintainer_approval := {
 	"require": [{"role": "maintainer", "count": 1}],
@@ -38,21 +39,32 @@ maintainer_approval := {
 	"distinct_from": "initiator",
 }
 
-decide_in(inp, rs) := {"effect": "allow", "reasons": [{"code": "read_inside_root", "message": "read inside an allowed root"}]} if {
+# Each branch binds its object after its test (`d := ...`): rego-cpp builds a value that
+# does not depend on the body before testing the body, so a tried-and-failed branch would
+# pay for its object (see rego/refunds/refunds.rego).
+decide_in(inp, rs) := d if {
 	t := tool_of(inp.tool.name)
 	t in read_tools
 	all_inside(paths_of(t, inp.args), rs)
-} else := {
-	"effect": "require_approval",
-	"reasons": [{"code": "write_needs_maintainer", "message": "writes inside an allowed root need a maintainer's approval"}],
-	"approval": maintainer_approval,
-} if {
+	d := {"effect": "allow", "reasons": [{"code": "read_inside_root", "message": "read inside an allowed root"}]}
+} else := d if {
 	t := tool_of(inp.tool.name)
 	t in write_tools
 	all_inside(paths_of(t, inp.args), rs)
-} else := {"effect": "deny", "reasons": [{"code": "outside_root", "message": "every path must be absolute and inside an allowed root"}]} if {
-	tool_of(inp.tool.name) in (read_tools | write_tools)
+	d := {
+		"effect": "require_approval",
+		"reasons": [{"code": "write_needs_maintainer", "message": "writes inside an allowed root need a maintainer's approval"}],
+		"approval": maintainer_approval,
+	}
+} else := d if {
+	t := tool_of(inp.tool.name)
+	known_tool(t)
+	d := {"effect": "deny", "reasons": [{"code": "outside_root", "message": "every path must be absolute and inside an allowed root"}]}
 } else := {"effect": "deny", "reasons": [{"code": "tool_not_allowed", "message": "tool is not allowed"}]}
+
+known_tool(t) if t in read_tools
+
+known_tool(t) if t in write_tools
 
 # "filesystem.read_file" -> "read_file"; undefined for another server's tools.
 tool_of(name) := substring(name, count(server) + 1, -1) if {
@@ -90,12 +102,17 @@ below(p, r) := "" if p == r
 
 below(p, r) := substring(p, count(r) + 1, -1) if startswith(p, concat("", [r, "/"]))
 
+# Without a ".." segment a path cannot climb: the common case costs one string search.
+stays_inside(rest) if not contains(rest, "..")
+
 stays_inside(rest) if {
+	contains(rest, "..")
 	segs := [s | some s in split(rest, "/"); s != ""; s != "."]
 	every i, _ in segs {
-		depth(segs, i) >= 0
+		climbs(segs, i) * 2 <= i + 1
 	}
 }
 
-# Directory depth below the root after segments 0..i ("name" +1, ".." -1).
-depth(segs, i) := count([j | s := segs[j]; j <= i; s != ".."]) - count([j | s := segs[j]; j <= i; s == ".."])
+# ".." segments among segments 0..i; the depth below the root after them is
+# (i + 1) - 2 * climbs ("name" +1, ".." -1), never below 0.
+climbs(segs, i) := count([j | segs[j] == ".."; j <= i])

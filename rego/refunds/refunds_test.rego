@@ -4,18 +4,20 @@ package cosigner.refunds_test
 
 import data.cosigner.refunds
 
-refund(args) := refunds.decide({"tool": {"name": "issue_refund"}, "args": args})
+refund(args) := refunds.decide("issue_refund", args)
 
 test_read_tool_allowed if {
-	refunds.decide({"tool": {"name": "get_order"}, "args": {"order_id": "ord_1"}}).effect == "allow"
+	refunds.decide("get_order", {"order_id": "ord_1"}).effect == "allow"
 }
 
 test_unknown_tool_denied if {
-	refunds.decide({"tool": {"name": "delete_customer"}, "args": {}}).effect == "deny"
+	refunds.decide("delete_customer", {}).effect == "deny"
 }
 
-test_missing_tool_denied if {
-	refunds.decide({}).effect == "deny"
+test_non_string_tool_name_denied if {
+	every name in [null, 7, ["get_order"], {"name": "get_order"}] {
+		refunds.decide(name, {}).reasons[0].code == "tool_not_allowed"
+	}
 }
 
 test_refund_at_auto_limit_allowed if {
@@ -38,8 +40,18 @@ test_missing_currency_never_allows if {
 	refund({"order_id": "ord_1", "amount_minor": 100}).effect == "deny"
 }
 
+test_unknown_currency_denied if {
+	refund({"order_id": "ord_1", "amount_minor": 100, "currency": "usd"}).reasons[0].code == "invalid_currency"
+}
+
 test_non_integer_amounts_denied if {
 	every amount in [true, "100000", 5.5, -5, 0, null] {
 		refund({"order_id": "ord_1", "amount_minor": amount, "currency": "USD"}).effect == "deny"
+	}
+}
+
+test_non_object_args_denied if {
+	every args in ["x", 7, [100], null] {
+		refund(args).reasons[0].code == "invalid_amount"
 	}
 }
