@@ -24,7 +24,6 @@ folder format stays the upgrade path (:mod:`cosigner.keys.folder`).
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 import logging
@@ -41,7 +40,6 @@ from cosigner.core import fastjson
 from cosigner.core.errors import PermitRefused
 from cosigner.keys.ed25519 import Ed25519Key, ed25519_signer, public_of
 from cosigner.keys.folder import locked, read_key_file, tighten, write_key_file
-from cosigner.keys.signed_memo import SignedMemo
 from cosigner.keys.material import (
     ALGORITHM,
     ALGORITHMS,
@@ -55,6 +53,7 @@ from cosigner.keys.material import (
     retire,
     utc,
 )
+from cosigner.keys.signed_memo import SignedMemo
 
 __all__ = ["ALGORITHM", "ALGORITHMS", "KeyInfo", "Keyring", "KeyringError", "MAX_TOKEN_CHARS"]
 
@@ -398,9 +397,15 @@ def _verify_eddsa(entry: Entry, segments: list[str], signed: SignedMemo) -> None
         raise PermitRefused("signature verification failed", code="bad_signature")
 
 
+#: base64's own translations between the standard and the URL-safe alphabets.
+_TO_URL = bytes.maketrans(b"+/", b"-_")
+_FROM_URL = bytes.maketrans(b"-_", b"+/")
+
+
 def _b64url(data: bytes) -> bytes:
-    """base64url without padding (RFC 7515 §2)."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=")
+    """base64url without padding (RFC 7515 §2): ``base64.urlsafe_b64encode(data)`` less
+    its ``=`` (which is ``b2a_base64`` then this translation) without its two calls."""
+    return binascii.b2a_base64(data, newline=False).translate(_TO_URL).rstrip(b"=")
 
 
 def _b64url_decode(segment: str) -> bytes:
@@ -411,8 +416,9 @@ def _b64url_decode(segment: str) -> bytes:
     Raises:
         binascii.Error: not base64url, or a non-canonical last character.
     """
-    raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
-    if _b64url(raw) != segment.encode("ascii"):
+    text = segment.encode("ascii")  # callers passed it through _B64URL: ASCII only
+    raw = binascii.a2b_base64(text.translate(_FROM_URL) + b"=" * (-len(text) % 4))
+    if _b64url(raw) != text:
         raise binascii.Error("non-canonical base64url")
     return raw
 
