@@ -95,6 +95,7 @@ class Keyring:
         self._entries = entries
         self._current_kid = current_kid
         self._max_lifetime = timedelta(seconds=max_token_lifetime_s)
+        self._max_lifetime_s = int(self._max_lifetime.total_seconds())  # read per permit
         self._key_dir = key_dir
         # Keys held by a keyring built with from_keys(): re-planned by advance()/install().
         self._material: tuple[tuple[Ed25519Key, KeyInfo], ...] = ()
@@ -257,7 +258,7 @@ class Keyring:
 
     @property
     def max_token_lifetime_s(self) -> int:
-        return int(self._max_lifetime.total_seconds())
+        return self._max_lifetime_s
 
     def keys(self) -> list[KeyInfo]:
         """Metadata of every key held (current first, then unretired, then retired)."""
