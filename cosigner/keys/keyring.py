@@ -24,7 +24,6 @@ folder format stays the upgrade path (:mod:`cosigner.keys.folder`).
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 import logging
@@ -54,6 +53,7 @@ from cosigner.keys.material import (
     retire,
     utc,
 )
+from cosigner.keys.signed_memo import SignedMemo
 
 __all__ = ["ALGORITHM", "ALGORITHMS", "KeyInfo", "Keyring", "KeyringError", "MAX_TOKEN_CHARS"]
 
@@ -88,10 +88,14 @@ class Keyring:
     ) -> None:
         self._signing_key = signing_key
         self._headers: dict[tuple[str, str], bytes] = {}  # (kid, typ) → encoded header
-        self._signers: dict[str, Callable[[bytes], bytes]] = {}  # kid → ed25519_signer
+        # kid → (ed25519_signer, its raw public key)
+        self._signers: dict[str, tuple[Callable[[bytes], bytes], bytes]] = {}
+        #: Signatures made here lately: verify() skips libsodium for them (signed_memo).
+        self._signed = SignedMemo()
         self._entries = entries
         self._current_kid = current_kid
         self._max_lifetime = timedelta(seconds=max_token_lifetime_s)
+        self._max_lifetime_s = int(self._max_lifetime.total_seconds())  # read per permit
         self._key_dir = key_dir
         # Keys held by a keyring built with from_keys(): re-planned by advance()/install().
         self._material: tuple[tuple[Ed25519Key, KeyInfo], ...] = ()
@@ -254,7 +258,7 @@ class Keyring:
 
     @property
     def max_token_lifetime_s(self) -> int:
-        return int(self._max_lifetime.total_seconds())
+        return self._max_lifetime_s
 
     def keys(self) -> list[KeyInfo]:
         """Metadata of every key held (current first, then unretired, then retired)."""
@@ -293,9 +297,10 @@ class Keyring:
         if signer is None:  # the kid is the key's thumbprint: one signer per kid
             if key.seed is None:
                 raise KeyringError("the current signing key is not an Ed25519 private key")
-            signer = self._signers[kid] = ed25519_signer(key.seed)
-        signature = signer(signing_input)
-        return (signing_input + b"." + _b64url(signature)).decode("ascii")
+            signer = self._signers[kid] = (ed25519_signer(key.seed), public_of(key.seed))
+        signature = _b64url(signer[0](signing_input)).decode("ascii")
+        self._signed.remember(signature, signer[1], signing_input)
+        return f"{signing_input.decode('ascii')}.{signature}"
 
     def verify(self, token: str, *, typ: str, now: datetime | None = None) -> dict[str, Any]:
         """Verify a compact JWS made by this keyring and return its claims.
@@ -344,7 +349,7 @@ class Keyring:
         # checked directly (libsodium or cryptography): the header is already checked above, and
         # joserfc's compact deserialisation re-parsed it at several times the cost on the
         # redeem path (issue 20; tests/keys compare the outcomes with joserfc's).
-        _verify_eddsa(entry, segments)
+        _verify_eddsa(entry, segments, self._signed)
         # Parse the payload segment ourselves, with the same strict JSON rules as the header.
         return _decode_json_segment(segments[1], what="payload")
 
@@ -373,26 +378,35 @@ def _plan(keys: Sequence[tuple[Ed25519Key, KeyInfo]], now: datetime
     return signer[0], signer[1].kid, entries, min(changes, default=None)
 
 
-def _verify_eddsa(entry: Entry, segments: list[str]) -> None:
+def _verify_eddsa(entry: Entry, segments: list[str], signed: SignedMemo) -> None:
     """The Ed25519 signature of an ``Ed25519`` or ``EdDSA`` token (RFC 8037 §3.1: the same
     signature), checked with the entry's own check (libsodium or cryptography directly,
-    :func:`cosigner.keys.material.ed25519_verifier`)."""
+    :func:`cosigner.keys.material.ed25519_verifier`), unless ``signed`` holds it: this
+    process made exactly that signature of exactly that input with the entry's key."""
     if not _B64URL.fullmatch(segments[2]):
         raise PermitRefused("signature is not base64url", code="malformed_permit")
     if entry.check is None:  # not an Ed25519 key
         raise PermitRefused("signature verification failed", code="bad_signature")
     try:
-        signature = _b64url_decode(segments[2])
-        valid = entry.check(signature, f"{segments[0]}.{segments[1]}".encode("ascii"))
+        message = f"{segments[0]}.{segments[1]}".encode("ascii")
+        if signed.vouches(segments[2], entry.verify_key.x, message):
+            return
+        valid = entry.check(_b64url_decode(segments[2]), message)
     except (binascii.Error, UnicodeEncodeError) as exc:
         raise PermitRefused("signature verification failed", code="bad_signature") from exc
     if not valid:
         raise PermitRefused("signature verification failed", code="bad_signature")
 
 
+#: base64's own translations between the standard and the URL-safe alphabets.
+_TO_URL = bytes.maketrans(b"+/", b"-_")
+_FROM_URL = bytes.maketrans(b"-_", b"+/")
+
+
 def _b64url(data: bytes) -> bytes:
-    """base64url without padding (RFC 7515 §2)."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=")
+    """base64url without padding (RFC 7515 §2): ``base64.urlsafe_b64encode(data)`` less
+    its ``=`` (which is ``b2a_base64`` then this translation) without its two calls."""
+    return binascii.b2a_base64(data, newline=False).translate(_TO_URL).rstrip(b"=")
 
 
 def _b64url_decode(segment: str) -> bytes:
@@ -403,8 +417,9 @@ def _b64url_decode(segment: str) -> bytes:
     Raises:
         binascii.Error: not base64url, or a non-canonical last character.
     """
-    raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
-    if _b64url(raw) != segment.encode("ascii"):
+    text = segment.encode("ascii")  # callers passed it through _B64URL: ASCII only
+    raw = binascii.a2b_base64(text.translate(_FROM_URL) + b"=" * (-len(text) % 4))
+    if _b64url(raw) != text:
         raise binascii.Error("non-canonical base64url")
     return raw
 

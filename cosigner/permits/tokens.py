@@ -223,6 +223,11 @@ def _int(raw: Mapping[str, Any], name: str) -> int:
 
 
 def _policy_ref(raw: Any, *, error: Callable[[str], Exception]) -> PolicyRef:
+    if type(raw) is dict:  # the common case in one step; anything else: the checks below
+        ref_id, version, revision = raw.get("id"), raw.get("version"), raw.get("revision")
+        if (type(ref_id) is str and ref_id and type(version) is str and version
+                and type(revision) is str and revision):
+            return PolicyRef(id=ref_id, version=version, revision=revision)
     if not isinstance(raw, Mapping):
         raise error("policy must be an object")
     fields: dict[str, str] = {}

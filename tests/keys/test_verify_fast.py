@@ -12,6 +12,7 @@ exactly what the reference answers:
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -207,3 +208,30 @@ def test_a_remembered_header_answers_as_a_fresh_one() -> None:
     with pytest.raises(PermitRefused):
         first.verify(bad, typ="cosigner-permit+jwt", now=now)
     assert "e30x" not in keyring_module._HEADERS
+
+
+# --- base64url -------------------------------------------------------------------------------
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.binary(max_size=200),
+       text=st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+                    max_size=90))
+def test_base64url_is_the_base64_module_s(data: bytes, text: str) -> None:
+    """The keyring's base64url helpers (binascii directly) answer as ``base64`` did:
+    the same encoding, and on any text of the URL-safe alphabet the same bytes or the
+    same refusal (too short a last group, a non-canonical last character)."""
+    assert keyring_module._b64url(data) == base64.urlsafe_b64encode(data).rstrip(b"=")
+    try:
+        reference: bytes | None = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        if base64.urlsafe_b64encode(reference).rstrip(b"=") != text.encode():
+            reference = None
+    except binascii.Error:
+        reference = None
+    try:
+        got: bytes | None = keyring_module._b64url_decode(text)
+    except binascii.Error:
+        got = None
+    assert got == reference
+    for segment in (keyring_module._b64url(data).decode(),):
+        assert keyring_module._b64url_decode(segment) == data

@@ -9,12 +9,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosigner.core.clock import numeric_date
 from cosigner.core.errors import PermitRefused
@@ -332,3 +335,41 @@ def test_permit_signed_by_a_retired_key_verifies_until_it_expires() -> None:
 
     assert verify(keyring, token, now=T + timedelta(seconds=3599)).exp == T_S + 3600
     assert refused_code(keyring, token, now=T + timedelta(seconds=3600)) == "expired"
+
+
+class _Text(str):
+    """A ``str`` subclass: accepted by the policy check, not by its one-step fast path."""
+
+
+_POLICY_VALUES = st.sampled_from(["", "refunds", _Text("v1"), 7, None, b"x"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(members=st.dictionaries(st.sampled_from(["id", "version", "revision", "extra"]),
+                               _POLICY_VALUES),
+       wrap=st.sampled_from(["dict", "mapping", "list"]))
+def test_the_policy_reference_fast_path_answers_as_the_checks_s(
+        members: dict[str, Any], wrap: str) -> None:
+    """``_policy_ref`` (a plain dict in one step) returns and refuses exactly what its
+    member-by-member checks do: the reference below is those checks."""
+    from types import MappingProxyType
+
+    from cosigner.permits.tokens import _policy_ref
+
+    raw: Any = {"dict": members, "mapping": MappingProxyType(members),
+                "list": list(members)}[wrap]
+    expected: Any
+    if not isinstance(raw, Mapping):
+        expected = "policy must be an object"
+    else:
+        bad = next((name for name in ("id", "version", "revision")
+                    if not isinstance(raw.get(name), str) or not raw.get(name)), None)
+        expected = (f"policy.{bad} missing or not a string" if bad else
+                    {name: raw[name] for name in ("id", "version", "revision")})
+    try:
+        got: Any = _policy_ref(raw, error=ValueError)
+    except ValueError as exc:
+        got = str(exc)
+    assert got == expected
+    if isinstance(got, dict):
+        assert list(got) == ["id", "version", "revision"]
