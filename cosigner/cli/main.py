@@ -97,9 +97,11 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     # Proxy headers are the app's job (cosigner.http.proxies, from settings.forwarded_allow_ips):
     # uvicorn's own handling is off, or it would trust 127.0.0.1 (its default) on its own.
     # Logging is ours (cosigner.core.logs): log_config=None keeps uvicorn from replacing it.
+    # No WebSocket route exists: ws="none" keeps uvicorn from loading the websockets
+    # protocol (~0.6 MB resident, issue 20); an upgrade request is answered as plain HTTP.
     common: dict[str, Any] = {"host": args.host, "port": args.port,
                               "log_level": settings.log_level, "access_log": False,
-                              "proxy_headers": False, "log_config": None}
+                              "proxy_headers": False, "log_config": None, "ws": "none"}
     if args.workers == 1:
         app = create_app(settings)
         app.state.listen = listen
