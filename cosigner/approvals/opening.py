@@ -17,7 +17,6 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -38,6 +37,7 @@ from cosigner.core.canonical import canonicalize
 from cosigner.core.errors import Conflict, InvalidRequest, NotFound, PolicyError
 from cosigner.core.ids import new_id
 from cosigner.db.batch import NeedsCore
+from cosigner.db.database import dialect_insert
 from cosigner.db.raw_insert import raw_sqlite
 from cosigner.db.raw_sql import RawStatement
 from cosigner.db.tables import decisions
@@ -86,7 +86,7 @@ async def _pending_for_call(conn: AsyncConnection, call: CallFacts) -> Any:
 def _insert_pending(dialect: str) -> Any:
     """``INSERT INTO approvals ... ON CONFLICT (pending twin) DO NOTHING RETURNING id``,
     built once per dialect (values are bound per call, so the compiled form is reused)."""
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    insert = dialect_insert(dialect)
     return insert(approvals).on_conflict_do_nothing(
         index_elements=["tenant", "run_id", "tool", "args_hash"],
         index_where=text("status = 'pending'"),

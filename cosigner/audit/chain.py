@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import sqlite3
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import bindparam, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.audit.events import SCHEMA_VERSION, Event, stored_body
 from cosigner.core.canonical import canonicalize, hash_bytes
 from cosigner.db import raw_pg
+from cosigner.db.database import dialect_insert
 from cosigner.db.raw_insert import (
     insert_many,
     raw_sqlite,
@@ -43,10 +43,16 @@ GENESIS = "sha256:" + "0" * 64
 _HEAD = select(audit_heads.c.seq, audit_heads.c.hash).where(
     audit_heads.c.tenant == bindparam("tenant"))
 _HEAD_FOR_UPDATE = _HEAD.with_for_update()
-_NEW_HEAD = {name: insert(audit_heads).values(
-    tenant=bindparam("tenant"), seq=0, hash=GENESIS).on_conflict_do_nothing(
-    index_elements=["tenant"]) for name, insert in (("postgresql", pg_insert),
-                                                    ("sqlite", sqlite_insert))}
+
+
+@lru_cache(maxsize=2)
+def _new_head(dialect: str) -> Any:
+    """The genesis head's ``INSERT ... ON CONFLICT DO NOTHING``, built once per dialect."""
+    return dialect_insert(dialect)(audit_heads).values(
+        tenant=bindparam("tenant"), seq=0, hash=GENESIS).on_conflict_do_nothing(
+        index_elements=["tenant"])
+
+
 _MOVE_HEAD = audit_heads.update().where(audit_heads.c.tenant == bindparam("head_tenant")).values(
     seq=bindparam("head_seq"), hash=bindparam("head_hash"))
 
@@ -59,7 +65,7 @@ async def _lock_head(conn: AsyncConnection, tenant: str) -> tuple[int, str]:
     query = _HEAD_FOR_UPDATE if pg else _HEAD
     row = (await conn.execute(query, {"tenant": tenant})).first()
     if row is None:
-        await conn.execute(_NEW_HEAD["postgresql" if pg else "sqlite"], {"tenant": tenant})
+        await conn.execute(_new_head("postgresql" if pg else "sqlite"), {"tenant": tenant})
         row = (await conn.execute(query, {"tenant": tenant})).one()
     return int(row.seq), str(row.hash)
 

@@ -94,17 +94,11 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.demo_tenant:
         asyncio.run(_bootstrap_demo(settings, args.demo_tenant))
     listen = f"http://{args.host}:{args.port}"
-    # Proxy headers are the app's job (cosigner.http.proxies, from settings.forwarded_allow_ips):
-    # uvicorn's own handling is off, or it would trust 127.0.0.1 (its default) on its own.
-    # Logging is ours (cosigner.core.logs): log_config=None keeps uvicorn from replacing it.
-    common: dict[str, Any] = {"host": args.host, "port": args.port,
-                              "log_level": settings.log_level, "access_log": False,
-                              "proxy_headers": False, "log_config": None}
+    common = uvicorn_options(args.host, args.port, settings)
     if args.workers == 1:
         app = create_app(settings)
         app.state.listen = listen
-        uvicorn.run(app, **common)
-        return 0
+        return _run_server(uvicorn.Server(uvicorn.Config(app, **common)))
     os.environ["COSIGNER_SERVE_LISTEN"] = listen
     # Every worker's counters and histograms in memory-mapped files that /metrics sums
     # (prometheus-client multiprocess mode). The folder must start empty for each run.
@@ -114,6 +108,34 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     else:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="cosigner-metrics-")
     uvicorn.run("cosigner.cli.main:worker_app", factory=True, workers=args.workers, **common)
+    return 0
+
+
+def uvicorn_options(host: str, port: int, settings: Settings) -> dict[str, Any]:
+    """The ``uvicorn.Config`` keyword arguments of ``cosigner serve``."""
+    # Proxy headers are the app's job (cosigner.http.proxies, from settings.forwarded_allow_ips):
+    # uvicorn's own handling is off, or it would trust 127.0.0.1 (its default) on its own.
+    # Logging is ours (cosigner.core.logs): log_config=None keeps uvicorn from replacing it.
+    # No WebSocket route exists: ws="none" keeps uvicorn from loading the websockets
+    # protocol (~0.6 MB resident, issue 20); an upgrade request is answered as plain HTTP.
+    return {"host": host, "port": port, "log_level": settings.log_level, "access_log": False,
+            "proxy_headers": False, "log_config": None, "ws": "none"}
+
+
+def _run_server(server: Any) -> int:
+    """What ``uvicorn.run`` does for one process without reload: run ``server`` until it
+    stops (Ctrl-C is a normal stop); exit 3 (uvicorn's startup failure) when it never
+    started. ``uvicorn.run`` itself lives in ``uvicorn.main``, which imports uvicorn's
+    command line and reload supervisor (click, watchfiles: ~1.2 MB) that serving never
+    uses (issue 20, idle memory; :mod:`cosigner.lean_imports`)."""
+    from uvicorn.config import STARTUP_FAILURE
+
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)
     return 0
 
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import Metric
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
 #: Distinct values of an open label (reason code, refusal code, bundle id) kept apart.
 MAX_CHILDREN = 64
@@ -45,16 +46,28 @@ _APPROVAL_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86_400, 7 * 86_400,
 
 
 class _Children:
-    """Bound children of one metric keyed by label values; open labels are capped."""
+    """Bound children of one metric keyed by label values; open labels are capped.
 
-    def __init__(self, metric: Any, known: Iterable[tuple[str, ...]] = ()) -> None:
-        self._metric = metric
-        self._children: dict[tuple[str, ...], Any] = {
-            key: metric.labels(*key) for key in known}
+    The metric itself is made by :meth:`Metrics.build` (prometheus-client imported then);
+    until then :meth:`__getitem__` hands out :class:`_Deferred` children."""
+
+    def __init__(self, owner: Metrics, make: Callable[[CollectorRegistry], Any],
+                 known: Iterable[tuple[str, ...]] = ()) -> None:
+        self._owner = owner
+        self._make = make
+        self._known = tuple(known)
+        self._metric: Any = None
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def _bind(self, registry: CollectorRegistry) -> None:
+        self._metric = self._make(registry)
+        self._children.update((key, self._metric.labels(*key)) for key in self._known)
 
     def __getitem__(self, key: tuple[str, ...]) -> Any:
         child = self._children.get(key)
         if child is None:
+            if self._metric is None:
+                return _Deferred(self, key)
             if len(self._children) >= MAX_CHILDREN:
                 key = tuple(OTHER for _ in key)
                 child = self._children.get(key)
@@ -63,48 +76,108 @@ class _Children:
         return child
 
 
+class _Deferred:
+    """A child bound before the metrics were made (the group committer binds its children
+    at startup): its first ``observe``/``inc`` makes them (:meth:`Metrics.build`) and
+    puts the real child's bound methods on this object, so later calls cost what a call
+    on the real child costs."""
+
+    def __init__(self, children: _Children, key: tuple[str, ...]) -> None:
+        self._of = children
+        self._key = key
+
+    def _real(self) -> Any:
+        self._of._owner.build()
+        real = self._of[self._key]
+        for name in ("observe", "inc"):
+            if hasattr(real, name):
+                setattr(self, name, getattr(real, name))
+        return real
+
+    def observe(self, amount: float) -> None:  # replaced by the real child's
+        self._real().observe(amount)
+
+    def inc(self, amount: float = 1) -> None:  # replaced by the real child's
+        self._real().inc(amount)
+
+
 class Metrics:
-    """Every counter and histogram of the process (gauges are built at scrape time)."""
+    """Every counter and histogram of the process (gauges are built at scrape time).
+
+    prometheus-client (~1.3 MB resident, issue 20) is imported and the metrics registered
+    by :meth:`build`: on the first series recorded or on the first read of
+    :attr:`registry` (a scrape), all of them at once, in the order below."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry(auto_describe=True)
-        r = self.registry
+        self._registry = registry
+        self._built = False
+        self._lock = threading.Lock()
+        self._all: list[_Children] = []
         pairs = [(e, g) for e in EFFECTS for g in ENGINES]
-        self.decision_seconds = _Children(Histogram(
+        self.decision_seconds = self._children(lambda h, c, r: h(
             "cosigner_decision_duration_seconds",
             "Time to decide and durably record one decision, by effect and engine.",
             ["effect", "engine"], buckets=_LATENCY_BUCKETS, registry=r), pairs)
-        self.decisions = _Children(Counter(
+        self.decisions = self._children(lambda h, c, r: c(
             "cosigner_decisions", "Decisions by effect, first reason code and site mode "
             "(``on``, or ``shadow``: asked and recorded, never enforced).",
             ["effect", "reason", "mode"], registry=r))
-        self.policy_seconds = _Children(Histogram(
+        self.policy_seconds = self._children(lambda h, c, r: h(
             "cosigner_policy_evaluation_duration_seconds",
             "Time the active bundle took to evaluate one input, by bundle id.",
             ["bundle"], buckets=_LATENCY_BUCKETS, registry=r))
-        self.redeems = _Children(Counter(
+        self.redeems = self._children(lambda h, c, r: c(
             "cosigner_redeems", "Permit redeems: outcome redeemed, or the refusal code.",
             ["outcome"], registry=r), [("redeemed",)])
-        self.approval_seconds = _Children(Histogram(
+        self.approval_seconds = self._children(lambda h, c, r: h(
             "cosigner_approval_decision_seconds",
             "Time from an approval request opened to its terminal state, by outcome.",
             ["outcome"], buckets=_APPROVAL_BUCKETS, registry=r),
             [(o,) for o in APPROVAL_OUTCOMES])
-        self.log_write_failures = _Children(Counter(
+        self.log_write_failures = self._children(lambda h, c, r: c(
             "cosigner_decision_log_write_failures",
             "Writes (decisions, redeems, refusals) whose group-commit batch failed: "
             "each was answered 503 / deny, never acknowledged.",
             ["writer"], registry=r), [(w,) for w in WRITERS])
-        self.batch_size = _Children(Histogram(
+        self.batch_size = self._children(lambda h, c, r: h(
             "cosigner_group_commit_batch_size", "Writes per group-commit transaction.",
             ["writer"], buckets=_BATCH_BUCKETS, registry=r), [(w,) for w in WRITERS])
-        self.batch_wait = _Children(Histogram(
+        self.batch_wait = self._children(lambda h, c, r: h(
             "cosigner_group_commit_wait_seconds",
             "Time from the first write of a batch being queued to its COMMIT.",
             ["writer"], buckets=_LATENCY_BUCKETS, registry=r), [(w,) for w in WRITERS])
-        self.webhooks = _Children(Counter(
+        self.webhooks = self._children(lambda h, c, r: c(
             "cosigner_webhook_deliveries", "Webhook delivery attempts by result.",
             ["status"], registry=r), [(s,) for s in WEBHOOK_STATUSES])
+
+    def _children(self, make: Callable[[Any, Any, CollectorRegistry], Any],
+                  known: Iterable[tuple[str, ...]] = ()) -> _Children:
+        children = _Children(self, lambda registry: make(_histogram(), _counter(), registry),
+                             known)
+        self._all.append(children)
+        return children
+
+    def build(self) -> None:
+        """Import prometheus-client and register every metric (once; thread-safe)."""
+        if self._built:
+            return
+        with self._lock:
+            if self._built:
+                return
+            from prometheus_client import CollectorRegistry
+
+            registry = self._registry or CollectorRegistry(auto_describe=True)
+            for children in self._all:
+                children._bind(registry)
+            self._registry = registry
+            self._built = True
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The registry holding every metric (made by :meth:`build`)."""
+        self.build()
+        assert self._registry is not None
+        return self._registry
 
     def decided(self, *, effect: str, engine: str, reason: str, bundle: str | None,
                 seconds: float, policy_seconds: float | None, mode: str = "on") -> None:
@@ -113,6 +186,18 @@ class Metrics:
         self.decisions[(effect, reason, "shadow" if mode == "shadow" else "on")].inc()
         if bundle is not None and policy_seconds is not None:
             self.policy_seconds[(bundle,)].observe(policy_seconds)
+
+
+def _histogram() -> Any:
+    from prometheus_client import Histogram
+
+    return Histogram
+
+
+def _counter() -> Any:
+    from prometheus_client import Counter
+
+    return Counter
 
 
 @functools.cache
@@ -129,6 +214,9 @@ def multiprocess_dir() -> str | None:
 def exposition(extra: Iterable[Metric] = ()) -> bytes:
     """The text exposition (format 0.0.4): this process's series (or, in multiprocess
     mode, every worker's, summed) followed by ``extra`` scrape-time families."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+
     registry = CollectorRegistry(auto_describe=False)
     if multiprocess_dir() is not None:
         from prometheus_client import multiprocess

@@ -64,13 +64,14 @@ approvals = Table(
     Column("break_glass", JSON, nullable=True),
     Column("after_review", String(8), nullable=True),  # open | done
     Column("after_reviewed", JSON, nullable=True),  # {by: actor, verdict, comment, at}
+    # Partial indexes: the migrations (0002, 0007) create them with the same WHERE on
+    # PostgreSQL too. Here only the SQLite form: a ``postgresql_where`` makes SQLAlchemy load
+    # the PostgreSQL dialect to check it, ~2.3 MB in every SQLite server (issue 20).
     Index("uq_approvals_pending_call", "tenant", "run_id", "tool", "args_hash", unique=True,
-          sqlite_where=text("status = 'pending'"),
-          postgresql_where=text("status = 'pending'")),
+          sqlite_where=text("status = 'pending'")),
     # The standing rejections: tiny, read by every decision batch that allows a call.
     Index("ix_approvals_rejected_call", "tenant", "run_id", "tool", "args_hash",
-          sqlite_where=text("status = 'rejected' AND withdrawn_at IS NULL"),
-          postgresql_where=text("status = 'rejected' AND withdrawn_at IS NULL")),
+          sqlite_where=text("status = 'rejected' AND withdrawn_at IS NULL")),
     Index("ix_approvals_tenant_status", "tenant", "status", "expires_at"),
     # The approver pages' lists (cosigner.approvals.listing): inbox by creation, history.
     Index("ix_approvals_tenant_created", "tenant", "status", "created_at"),

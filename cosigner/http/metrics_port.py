@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from prometheus_client import CONTENT_TYPE_LATEST
-
 from cosigner.context import AppContext
 from cosigner.http.routes.metrics import scrape
 
@@ -29,6 +27,8 @@ async def serve_metrics(ctx: AppContext, host: str, port: int) -> asyncio.Server
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             method, path, _ = head[:_MAX_HEAD_BYTES].split(b"\r\n", 1)[0].split(b" ", 2)
             if method == b"GET" and path.split(b"?", 1)[0] == b"/metrics":
+                from prometheus_client import CONTENT_TYPE_LATEST  # first scrape
+
                 body, status = await scrape(ctx), b"200 OK"
                 kind = CONTENT_TYPE_LATEST.encode()
             else:

@@ -37,8 +37,6 @@ from typing import Any
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from sqlalchemy import delete, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.audit.chain import Event, append
@@ -47,7 +45,7 @@ from cosigner.core.errors import InvalidRequest, NotFound, Unauthenticated
 from cosigner.core.roles import SYSTEM_TENANT, validate_roles
 from cosigner.core.subjects import canonical_subject, subject_key
 from cosigner.db import generations
-from cosigner.db.database import Database
+from cosigner.db.database import Database, dialect_insert
 from cosigner.db.tables import api_keys, principals
 from cosigner.db.tables_web import signin_failures, web_sessions
 from cosigner.identity.principals import (
@@ -221,7 +219,7 @@ async def _locked(conn: AsyncConnection, keys: tuple[str, ...], now: datetime) -
 async def _count_failure(conn: AsyncConnection, key: str, lock_s: Callable[[int], int],
                          limits: SigninLimits, now: datetime) -> int:
     """Count one failure of ``key`` (row-locked on PostgreSQL); returns the count before it."""
-    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    insert = dialect_insert(conn.dialect.name)
     await conn.execute(insert(signin_failures).values(
         key=key, failures=0, window_start=now, locked_until=None)
         .on_conflict_do_nothing(index_elements=["key"]))

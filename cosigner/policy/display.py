@@ -34,8 +34,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from babel.numbers import get_currency_name
-
 KEYWORD = "x-cosigner-display"
 FORMATS = frozenset({"money"})
 _KEYS = {"money": frozenset({"format", "currency_field", "currency", "label"})}
@@ -65,6 +63,10 @@ def is_currency(code: Any) -> bool:
     """``code`` is an ISO 4217 alphabetic code babel (CLDR) knows, e.g. ``"EUR"``."""
     if not isinstance(code, str) or len(code) != 3 or not code.isalpha() or not code.isupper():
         return False
+    # babel (CLDR data, ~0.6 MB resident) is imported by the first fixed currency checked,
+    # not with the catalogue (issue 20, idle memory).
+    from babel.numbers import get_currency_name
+
     return bool(get_currency_name(code, locale="en") != code)
 
 

@@ -32,10 +32,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from cosigner.db.database import dialect_insert
 from cosigner.db.tables_policy import policy_state
 
 
@@ -124,7 +123,7 @@ def _values(row: BundleState) -> dict[str, Any]:
 async def insert_first(conn: AsyncConnection, row: BundleState) -> bool:
     """Store a first activation unless another process stored one first; True when this
     call inserted the row."""
-    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    insert = dialect_insert(conn.dialect.name)
     result = await conn.execute(insert(policy_state).values(**_values(row))
                                 .on_conflict_do_nothing(index_elements=["bundle_id"]))
     return bool(result.rowcount)

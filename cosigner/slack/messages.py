@@ -25,14 +25,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, or_, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from cosigner.approvals.requests import load, reviews_of
 from cosigner.approvals.views import view
 from cosigner.core.clock import Clock
 from cosigner.core.settings import Settings
-from cosigner.db.database import Database
+from cosigner.db.database import Database, dialect_insert
 from cosigner.db.tables_approvals import approvals
 from cosigner.db.tables_slack import slack_messages
 from cosigner.slack import blocks
@@ -87,7 +85,7 @@ class MessageSync:
             waiting = (await conn.execute(retry)).all()
         if not new and not waiting:
             return []  # an idle round takes no write lock
-        insert = sqlite_insert if self._db.is_sqlite else pg_insert
+        insert = dialect_insert("sqlite" if self._db.is_sqlite else "postgresql")
         claimed: list[tuple[str, str]] = []
         async with self._db.transaction() as conn:
             for approval_id, tenant in new:

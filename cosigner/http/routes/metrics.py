@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import hmac
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
-from prometheus_client.metrics_core import Metric
 
 from cosigner.approvals.queries import pending_by_tenant
 from cosigner.context import AppContext
 from cosigner.core.errors import NotFound, Unauthenticated
 from cosigner.core.metrics import exposition
 from cosigner.http.deps import context
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+# prometheus-client is imported by the first scrape or series recorded, not at startup
+# (cosigner.core.metrics; issue 20, idle memory).
 
 router = APIRouter()
 
@@ -42,6 +46,8 @@ async def get_metrics(request: Request) -> Response:
     if scheme.lower() != "bearer" or not hmac.compare_digest(
             given.strip().encode(), token.get_secret_value().encode()):
         raise Unauthenticated("the metrics token is required (Authorization: Bearer ...)")
+    from prometheus_client import CONTENT_TYPE_LATEST
+
     return Response(await scrape(ctx), media_type=CONTENT_TYPE_LATEST)
 
 
@@ -51,6 +57,8 @@ async def scrape(ctx: AppContext) -> bytes:
 
 
 async def _pending(ctx: AppContext) -> Metric:
+    from prometheus_client.core import GaugeMetricFamily
+
     family = GaugeMetricFamily("cosigner_approvals_pending",
                                "Pending approval requests, per tenant (the largest "
                                f"{MAX_TENANT_LABELS}; the rest summed as _other).",
@@ -65,6 +73,8 @@ async def _pending(ctx: AppContext) -> Metric:
 
 
 def _bundles(ctx: AppContext) -> list[Metric]:
+    from prometheus_client.core import InfoMetricFamily
+
     info = InfoMetricFamily("cosigner_policy_bundle",
                             "Policy bundle versions this process decides with (role "
                             "active or shadow).",
@@ -83,6 +93,8 @@ def _bundles(ctx: AppContext) -> list[Metric]:
 
 
 def _key_age(ctx: AppContext, now: datetime) -> Metric:
+    from prometheus_client.core import GaugeMetricFamily
+
     family = GaugeMetricFamily("cosigner_signing_key_age_seconds",
                                "Age of the signing key currently in use.", labels=["kid"])
     current = ctx.keyring.current_kid
