@@ -10,6 +10,8 @@ encode whole columns instead, with the function that processing ends in:
   their ``impl`` has no processor): the module function their ``process_bind_param``
   itself calls (:func:`cosigner.db.digest.bind`, :func:`cosigner.db.compressed.bind_text`
   …), mapped over the column;
+* :mod:`cosigner.db.sqlite_compact` types (ids, instants): their packing on SQLite, the
+  plain type's processor elsewhere;
 * SQLite ``DATETIME`` in its default storage format: ``datetime.isoformat`` cut after
   the microseconds (the same wall-clock fields, zero-padded alike) for plain ``datetime``
   values with no or a fixed-offset zone, remembered for the instants that repeat (one
@@ -36,7 +38,7 @@ from sqlalchemy.dialects.sqlite import DATETIME as SQLITE_DATETIME
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import JSON
 
-from cosigner.db import compressed, digest
+from cosigner.db import compressed, digest, sqlite_compact
 
 #: A column's values (in row order) → the driver's values.
 ColumnEncoder = Callable[[Sequence[Any]], list[Any]]
@@ -88,6 +90,9 @@ def _compile(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> RowsEncod
 def column_encoder(dialect: Dialect, column: Column[Any]) -> ColumnEncoder | None:
     """What turns ``column``'s values into the driver's on ``dialect`` (``None``: they go
     as they are, SQLAlchemy has no processor for them)."""
+    if isinstance(column.type, sqlite_compact._Compact):  # noqa: SLF001 - this package's
+        packing = column.type.encoder(dialect)
+        return None if packing is None else _mapped(packing)
     impl = column.type.dialect_impl(dialect)
     process = impl.bind_processor(dialect)
     if process is None:

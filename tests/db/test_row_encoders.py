@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from sqlalchemy import JSON, Column, DateTime, Table, text
 from sqlalchemy.engine import Dialect
 
-from cosigner.db import compressed, digest
+from cosigner.db import compressed, digest, sqlite_compact
 from cosigner.db.database import Database
 from cosigner.db.raw_insert import insert_many
 from cosigner.db.row_encoders import column_encoder, rows_encoder
@@ -50,6 +50,8 @@ DIGESTS = (st.binary(min_size=32, max_size=32).map(lambda raw: "sha256:" + raw.h
            | st.text(max_size=80)
            | st.text(alphabet="0123456789abcdefABCDEF \n", min_size=60, max_size=66).map(
                lambda tail: "sha256:" + tail))
+IDS = (st.uuids().map(str) | st.uuids().map(lambda u: u.hex) | st.uuids().map(lambda u: str(u).upper())
+       | st.text(max_size=40))
 
 
 def b64url(raw: bytes) -> str:
@@ -77,7 +79,9 @@ def values_for(column: Column[Any]) -> st.SearchStrategy[Any] | None:
         found = RESPONSES | JSON_VALUES
     elif kind is compressed.CompressedJSON or isinstance(column.type, JSON):
         found = JSON_VALUES
-    elif isinstance(column.type, DateTime):
+    elif kind is sqlite_compact.UuidText or kind is sqlite_compact.HexId:
+        found = IDS
+    elif isinstance(column.type, DateTime) or kind is sqlite_compact.Instant:
         found = DATETIMES | st.dates(min_value=date(1, 1, 2))
     else:
         return None
