@@ -141,7 +141,9 @@ def test_rows_encoder_lays_out_columns_in_key_order(dialect: str) -> None:
     rows = [{"decision_id": f"d{i}", "tenant": "t", "input": {"n": i}, "mask": []}
             for i in range(3)]
     columns = rows_encoder(DIALECTS[dialect], call_inputs, keys)(rows)
-    assert columns[0] == ["d0", "d1", "d2"] and columns[1] == ["t"] * 3
+    ids = ["d0", "d1", "d2"] if dialect == "postgresql" else [
+        sqlite_compact.pack_uuid(f"d{i}") for i in range(3)]  # 0021: packed on SQLite
+    assert columns[0] == ids and columns[1] == ["t"] * 3
     assert columns[2] == [compressed.bind_json({"n": i}) for i in range(3)]
     assert rows_encoder(DIALECTS[dialect], call_inputs, keys)([]) == [[], [], [], []]
     assert rows_encoder(DIALECTS[dialect], call_inputs, ("tenant",))(rows) == [["t"] * 3]
@@ -220,9 +222,13 @@ def hot_rows(tenant: str, tag: str) -> list[tuple[Table, list[dict[str, Any]]]]:
 async def stored(db: Database, table: Table, key: str, prefix: str) -> list[tuple[Any, ...]]:
     column = "tenant" if table is audit_events else key
     async with db.read() as conn:
-        rows = (await conn.execute(text(
-            f"SELECT * FROM {table.name} WHERE {column} LIKE :p ORDER BY {key}"),
-            {"p": prefix + "%"})).all()
+        rows = (await conn.execute(text(f"SELECT * FROM {table.name} ORDER BY {key}"))).all()
+
+    def text_of(value: Any) -> Any:  # ids are packed on SQLite (0021): these are not UUIDs
+        return sqlite_compact.unpack_uuid(value) if isinstance(value, bytes | memoryview) \
+            else value
+
+    rows = [row for row in rows if str(text_of(row._mapping[column])).startswith(prefix)]
     names = [c.name for c in table.columns if c.name not in ("id", key, "tenant",
                                                                "decision_id", "request_id",
                                                                "jti")]
