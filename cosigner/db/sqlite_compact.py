@@ -33,7 +33,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 _EPOCH = datetime(1970, 1, 1)
 _SQLITE = sqlite.dialect()
-_PARSE_TEXT = sqlite.DATETIME().result_processor(_SQLITE, None)
+_PARSE_TEXT = sqlite.DATETIME().result_processor(_SQLITE, None)  # type: ignore[no-untyped-call]
 
 
 def _other(value: str) -> bytes:
@@ -120,7 +120,8 @@ def instant(stored: int | str) -> datetime:
     """The naive ``datetime`` that :func:`micros` stored (pre-0021 text parsed as
     SQLAlchemy's SQLite ``DATETIME`` parses it)."""
     if isinstance(stored, str):
-        return _PARSE_TEXT(stored)  # type: ignore[misc]
+        parsed: datetime = _PARSE_TEXT(stored)  # type: ignore[misc,assignment]
+        return parsed
     return _EPOCH + timedelta(microseconds=stored)
 
 

@@ -180,7 +180,7 @@ async def test_upgrade_down_and_up_again_with_rows(empty_database: str) -> None:
         if sqlite_db:
             wall = [w.replace(tzinfo=None) for w in wall]
         assert [(k, t) for k, t in ids] == list(zip(DECISION_IDS, wall, strict=True))
-        assert [tuple(e) for e in events] == list(zip(DECISION_IDS, JTIS, wall))[1:]
+        assert [tuple(e) for e in events] == list(zip(DECISION_IDS, JTIS, wall, strict=True))[1:]
         assert [tuple(j) for j in joined] == [(JTIS[2], DECISION_IDS[2])]
         async with engine.begin() as conn:  # and back: what 0020's code reads
             await conn.run_sync(_to, url, "0020_s5store_facts_once", True)

@@ -50,8 +50,8 @@ DIGESTS = (st.binary(min_size=32, max_size=32).map(lambda raw: "sha256:" + raw.h
            | st.text(max_size=80)
            | st.text(alphabet="0123456789abcdefABCDEF \n", min_size=60, max_size=66).map(
                lambda tail: "sha256:" + tail))
-IDS = (st.uuids().map(str) | st.uuids().map(lambda u: u.hex) | st.uuids().map(lambda u: str(u).upper())
-       | st.text(max_size=40))
+IDS = (st.uuids().map(str) | st.uuids().map(lambda u: u.hex)
+       | st.uuids().map(lambda u: str(u).upper()) | st.text(max_size=40))
 
 
 def b64url(raw: bytes) -> str:
