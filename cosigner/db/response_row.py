@@ -10,9 +10,10 @@ texts in the answer, header and claims replaced by a two-byte reference
 bytes are exactly form 2's, so the token and the answer are rebuilt byte for byte.
 
 Exactness: a part holding a ``0x1A`` byte (never in JSON text, which escapes control
-characters) is not packed this way (form 2 instead); a column text holding a byte below
-``0x20`` is not referenced; references are replaced longest first, and a reference's
-second byte (``1..4``) cannot occur in a referenced text, so no later text matches
+characters) is not packed this way (form 2 instead); a column text that is not
+printable (a byte below ``0x20``, among others) is not referenced; references are
+replaced longest first (the three parts searched as one, separated by ``0x1A 0x00``),
+and a reference's second byte (``1..4``) cannot occur in a referenced text, so no later text matches
 across one (tests/db/test_response_row.py, hypothesis).
 
 Only the group commit's inserts know the row when the response is encoded
@@ -34,6 +35,9 @@ V3_ROW = compressed.V3_ROW
 REF_COLUMNS = ("id", "request_id", "args_hash", "policy_revision")
 _MARK = b"\x1a"
 _MIN_REF = 8
+#: Between the three parts while they are searched (no text holds 0x1A, no mark 0x00).
+_SEPARATOR = _MARK + b"\x00"
+_MARKS = tuple(_MARK + bytes([i + 1]) for i in range(len(REF_COLUMNS)))
 
 
 def pack(value: Any, refs: Sequence[str | None]) -> bytes | None:
@@ -45,15 +49,35 @@ def pack(value: Any, refs: Sequence[str | None]) -> bytes | None:
     answer, header, claims, signature = parts
     if _MARK in answer or _MARK in header or _MARK in claims:
         return None
-    usable = sorted(((text.encode(), _MARK + bytes([i + 1])) for i, text in enumerate(refs)
-                     if isinstance(text, str) and len(text) >= _MIN_REF
-                     and min(text) >= " "), key=lambda ref: -len(ref[0]))
-    for text, mark in usable:
-        answer = answer.replace(text, mark)
-        header = header.replace(text, mark)
-        claims = claims.replace(text, mark)
+    usable = [(len(text), _MARKS[i], text.encode()) for i, text in enumerate(refs)
+              if isinstance(text, str) and len(text) >= _MIN_REF and text.isprintable()]
+    usable.sort(reverse=True)  # longest first
+    joined = _SEPARATOR.join((answer, header, claims))  # one search per text, not three
+    for _, mark, text in usable:
+        joined = _replace(joined, text, mark)
+    answer, header, claims = joined.split(_SEPARATOR)
     return bytes([V3_ROW]) + compressed._COMPRESSOR.compress(  # noqa: SLF001
         compressed.join_parts(answer, header, claims, signature))
+
+
+def _replace(part: bytes, text: bytes, mark: bytes) -> bytes:
+    """``part.replace(text, mark)``, searching for a short head of ``text`` first (CPython
+    prepares a search for a long needle at ~1.7 µs a call: 12 calls per answer)."""
+    head = text[:12]
+    at = part.find(head)
+    if at < 0:
+        return part
+    out: list[bytes] = []
+    start = 0
+    while at >= 0:
+        if part.startswith(text, at):
+            out += (part[start:at], mark)
+            start = at + len(text)
+            at = part.find(head, start)
+        else:
+            at = part.find(head, at + 1)
+    out.append(part[start:])
+    return b"".join(out)
 
 
 def bind(value: Any, refs: Sequence[str | None]) -> bytes | None:
