@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any
 
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 from sqlalchemy import JSON, Column, DateTime, Table, text
 from sqlalchemy.engine import Dialect
 
-from cosigner.db import compressed, digest, sqlite_compact
+from cosigner.db import compressed, digest, response_row, sqlite_compact
 from cosigner.db.database import Database
 from cosigner.db.raw_insert import insert_many
 from cosigner.db.row_encoders import column_encoder, rows_encoder
@@ -224,16 +225,34 @@ async def stored(db: Database, table: Table, key: str, prefix: str) -> list[tupl
     async with db.read() as conn:
         rows = (await conn.execute(text(f"SELECT * FROM {table.name} ORDER BY {key}"))).all()
 
-    def text_of(value: Any) -> Any:  # ids are packed on SQLite (0021): these are not UUIDs
-        return sqlite_compact.unpack_uuid(value) if isinstance(value, bytes | memoryview) \
-            else value
-
     rows = [row for row in rows if str(text_of(row._mapping[column])).startswith(prefix)]
     names = [c.name for c in table.columns if c.name not in ("id", key, "tenant",
                                                                "decision_id", "request_id",
                                                                "jti")]
-    return [tuple(bytes(row._mapping[n]) if isinstance(row._mapping[n], memoryview)
-                  else row._mapping[n] for n in names) for row in rows]
+    out = [tuple(bytes(row._mapping[n]) if isinstance(row._mapping[n], memoryview)
+                 else row._mapping[n] for n in names) for row in rows]
+    if table is decisions:  # the raw path stores form 3 (0022): compare the answers read
+        at = names.index("response")
+        out = [(*values[:at], _answer(row, values[at]), *values[at + 1:])
+               for row, values in zip(rows, out, strict=True)]
+    return out
+
+
+def _answer(row: Any, stored: Any) -> tuple[int, bytes]:
+    """(stored form, the answer read with its row's texts)."""
+    data = stored.encode() if isinstance(stored, str) else bytes(stored)
+    refs = tuple(None if v is None else text_of(v) for v in (
+        row._mapping["id"], row._mapping["request_id"]))
+    hashes = tuple(None if v is None else digest.unpack(v) for v in (
+        row._mapping["args_hash"], row._mapping["policy_revision"]))
+    value = (response_row.unpack(data, refs + hashes) if data[:1] == b"\x03"
+             else compressed.ResponseJSON().process_result_value(data, None))  # type: ignore[arg-type]
+    return min(data[0], 2), json.dumps(value, sort_keys=True).encode()
+
+
+def text_of(value: Any) -> Any:
+    """An id as read from SQLite (packed since 0021) or PostgreSQL."""
+    return sqlite_compact.unpack_uuid(value) if isinstance(value, bytes | memoryview) else value
 
 
 async def test_raw_rows_read_back_as_core_rows(database_url: str, tenant: str) -> None:
