@@ -36,6 +36,7 @@ from cosigner.audit.masking import mask_value
 from cosigner.core.canonical import canonicalize
 from cosigner.core.errors import Conflict, InvalidRequest, NotFound, PolicyError
 from cosigner.core.ids import new_id
+from cosigner.db import response_row
 from cosigner.db.batch import NeedsCore
 from cosigner.db.database import dialect_insert
 from cosigner.db.raw_insert import raw_sqlite
@@ -227,7 +228,7 @@ async def request_review(deps: AppContext, caller: Caller, *, decision_id: str,
         if decision.effect != "allow":
             raise InvalidRequest("only an allow decision can be sent for review",
                                  code="not_an_allow_decision")
-        if (decision.response or {}).get("mode") == "shadow":
+        if (response_row.answer(decision) or {}).get("mode") == "shadow":
             # A shadow decision never yields a usable permit, not even through review.
             raise InvalidRequest("a shadow-mode decision is never enforced; ask again "
                                  "with mode on", code="shadow_decision")

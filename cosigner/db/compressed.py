@@ -44,6 +44,8 @@ from cosigner.db.zdict_v1 import DICTIONARY
 V1 = 1
 #: Format byte of a response whose permit token is stored decoded (see the docstring).
 V2_TOKEN = 2
+#: Form 2 less the texts its own row holds (:mod:`cosigner.db.response_row`, 0022).
+V3_ROW = 3
 _LEVEL = 1
 
 _DICT = zstandard.ZstdCompressionDict(DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
@@ -72,6 +74,8 @@ def decompress(stored: bytes | bytearray | memoryview | str) -> bytes:
         return data
     if data[0] == V2_TOKEN:
         return _json_bytes(_unpack_response(data))
+    if data[0] == V3_ROW:
+        raise ValueError("a form 3 response is read with its row (cosigner.db.response_row)")
     if data[0] != V1:
         raise ValueError(f"unknown compressed column format {data[0]}")
     return _unzstd(data)
@@ -169,7 +173,26 @@ class ResponseJSON(CompressedJSON):
             data = bytes(value)
             if data and data[0] == V2_TOKEN:
                 return _unpack_response(data)
+            if data and data[0] == V3_ROW:
+                return RowBound(data)
         return super().process_result_value(value, dialect)
+
+
+class RowBound:
+    """A stored form 3 answer as read: it needs its row's id, request id, args hash and
+    policy revision (:func:`cosigner.db.response_row.answer`). Not a mapping, so a reader
+    that forgot to resolve it fails instead of reading a wrong answer."""
+
+    __slots__ = ("stored",)
+
+    def __init__(self, stored: bytes) -> None:
+        self.stored = stored
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RowBound) and other.stored == self.stored
+
+    def __hash__(self) -> int:
+        return hash(self.stored)
 
 
 _LEN = struct.Struct(">I")
@@ -178,6 +201,15 @@ _LEN = struct.Struct(">I")
 def pack_response(value: Any) -> bytes | None:
     """``value`` (a Decision v1 answer) in stored form 2, or ``None`` when it holds no
     permit token that re-spells exactly (then it is stored as form 1)."""
+    parts = response_parts(value)
+    if parts is None:
+        return None
+    return bytes([V2_TOKEN]) + _COMPRESSOR.compress(join_parts(*parts))
+
+
+def response_parts(value: Any) -> tuple[bytes, bytes, bytes, bytes] | None:
+    """``(answer with the token's place empty, header, claims, signature)`` of a Decision
+    v1 answer whose permit token re-spells exactly, else ``None``."""
     permit = value.get("permit") if isinstance(value, dict) else None
     token = permit.get("token") if isinstance(permit, dict) else None
     if not isinstance(token, str) or not isinstance(value, dict) or not isinstance(
@@ -190,14 +222,18 @@ def pack_response(value: Any) -> bytes | None:
     if header is None or claims is None or signature is None:
         return None  # not the one spelling of its bytes: keep it as it was written
     answer = _json_bytes({**value, "permit": {**permit, "token": ""}})
-    body = b"".join((_LEN.pack(len(answer)), answer, _LEN.pack(len(header)), header,
+    return answer, header, claims, signature
+
+
+def join_parts(answer: bytes, header: bytes, claims: bytes, signature: bytes) -> bytes:
+    """The uncompressed body of forms 2 and 3 (three length-prefixed parts, then the
+    signature)."""
+    return b"".join((_LEN.pack(len(answer)), answer, _LEN.pack(len(header)), header,
                      _LEN.pack(len(claims)), claims, signature))
-    return bytes([V2_TOKEN]) + _COMPRESSOR.compress(body)
 
 
-def _unpack_response(data: bytes) -> Any:
-    """The answer of a stored form 2 value, its token rebuilt."""
-    body = _unzstd(data)
+def split_parts(body: bytes) -> tuple[bytes, bytes, bytes, bytes]:
+    """:func:`join_parts` undone. Raises ValueError for a damaged body."""
     pieces, at = [], 0
     try:
         for _ in range(3):
@@ -206,11 +242,19 @@ def _unpack_response(data: bytes) -> Any:
             at += 4 + size
     except struct.error as exc:
         raise ValueError("damaged compressed response") from exc
-    answer, header, claims = pieces
+    return pieces[0], pieces[1], pieces[2], body[at:]
+
+
+def answer_of(answer: bytes, header: bytes, claims: bytes, signature: bytes) -> Any:
+    """The answer (JSON) with its token rebuilt from the decoded parts."""
     value = loads_json(answer)
-    value["permit"]["token"] = ".".join(
-        _b64url(raw) for raw in (header, claims, body[at:]))
+    value["permit"]["token"] = ".".join(_b64url(raw) for raw in (header, claims, signature))
     return value
+
+
+def _unpack_response(data: bytes) -> Any:
+    """The answer of a stored form 2 value, its token rebuilt."""
+    return answer_of(*split_parts(_unzstd(data)))
 
 
 def _b64url(raw: bytes) -> str:

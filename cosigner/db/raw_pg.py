@@ -56,6 +56,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
 
 from cosigner.core.errors import Unavailable
+from cosigner.db import response_row
+from cosigner.db.compressed import RowBound
 from cosigner.db.database import Database, UniqueViolation, failed_transaction
 from cosigner.db.row_encoders import rows_encoder
 from cosigner.db.tables import decisions
@@ -256,12 +258,13 @@ async def insert_tables(conn: asyncpg.Connection, dialect: Dialect,
 # -- the guard's reads (pdp.decision_log_writer's confirm), one statement ---------------
 
 _GUARD = (
-    "SELECT 'd', d.tenant, d.request_id, NULL::varchar, NULL::varchar, d.request_hash, "
-    "d.response FROM decisions d WHERE d.tenant = ANY($1::varchar[]) "
-    "AND d.request_id = ANY($2::varchar[]) "
-    "UNION ALL SELECT 'c', tenant, run_id, NULL, NULL, NULL, NULL FROM runs "
+    "SELECT 'd', d.tenant, d.request_id, d.id, NULL::varchar, d.request_hash, "
+    "d.response, d.args_hash, d.policy_revision FROM decisions d "
+    "WHERE d.tenant = ANY($1::varchar[]) AND d.request_id = ANY($2::varchar[]) "
+    "UNION ALL SELECT 'c', tenant, run_id, NULL, NULL, NULL, NULL, NULL, NULL FROM runs "
     "WHERE tenant = ANY($6::varchar[]) AND run_id = ANY($3::varchar[]) "
-    "UNION ALL SELECT 'r', tenant, run_id, tool, args_hash, NULL, NULL FROM approvals "
+    "UNION ALL SELECT 'r', tenant, run_id, tool, args_hash, NULL, NULL, NULL, NULL "
+    "FROM approvals "
     "WHERE tenant = ANY($4::varchar[]) AND run_id = ANY($5::varchar[]) "
     "AND status = 'rejected' AND withdrawn_at IS NULL")
 
@@ -291,12 +294,17 @@ async def guard_reads(conn: asyncpg.Connection, dialect: Dialect,
         sorted({run_id for _, run_id in pairs}), sorted({c[0] for c in calls}),
         sorted({c[1] for c in calls}), sorted({t for t, _ in pairs}))
     found = GuardReads({}, set(), set())
-    for kind, a, b, c, d, digest, response in rows:
+    for kind, a, b, c, d, digest, response, args_hash, revision in rows:
         if kind == "d":
             if (a, b) in requests:
+                answer = load(response) if load else response
+                if isinstance(answer, RowBound):  # form 3: c is the decision id
+                    answer = response_row.unpack(answer.stored, (
+                        c, b, request_hash(args_hash) if request_hash else args_hash,
+                        None if revision is None
+                        else request_hash(revision) if request_hash else revision))
                 found.decided[(a, b)] = (
-                    b, request_hash(digest) if request_hash else digest,
-                    load(response) if load else response)
+                    b, request_hash(digest) if request_hash else digest, answer)
         elif kind == "c":
             found.contracted.add((a, b))
         else:

@@ -10,6 +10,8 @@ encode whole columns instead, with the function that processing ends in:
   their ``impl`` has no processor): the module function their ``process_bind_param``
   itself calls (:func:`cosigner.db.digest.bind`, :func:`cosigner.db.compressed.bind_text`
   …), mapped over the column;
+* :mod:`cosigner.db.sqlite_compact` types (ids, instants): their packing on SQLite, the
+  plain type's processor elsewhere;
 * SQLite ``DATETIME`` in its default storage format: ``datetime.isoformat`` cut after
   the microseconds (the same wall-clock fields, zero-padded alike) for plain ``datetime``
   values with no or a fixed-offset zone, remembered for the instants that repeat (one
@@ -17,6 +19,8 @@ encode whole columns instead, with the function that processing ends in:
 * SQLite ``JSON`` with the engine's serializer: a ``list`` or ``dict`` value serialized
   directly (SQLAlchemy's ``NULL`` handling only concerns other values, which take its
   processor);
+* ``decisions.response`` beside its row's id, request id, args hash and policy revision:
+  stored form 3, a difference from those columns (:mod:`cosigner.db.response_row`);
 * any other column: SQLAlchemy's own processor, or the value as is when it has none.
 
 tests/db/test_row_encoders.py checks with hypothesis that every encoder gives exactly
@@ -36,7 +40,7 @@ from sqlalchemy.dialects.sqlite import DATETIME as SQLITE_DATETIME
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import JSON
 
-from cosigner.db import compressed, digest
+from cosigner.db import compressed, digest, response_row, sqlite_compact
 
 #: A column's values (in row order) → the driver's values.
 ColumnEncoder = Callable[[Sequence[Any]], list[Any]]
@@ -72,6 +76,9 @@ def _compile(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> RowsEncod
     encoders = [column_encoder(dialect, table.columns[name]) for name in keys]
     get = itemgetter(*keys)
     single = len(keys) == 1
+    if (table.name == "decisions" and "response" in keys
+            and all(name in keys for name in response_row.REF_COLUMNS)):
+        return _with_response_row(keys, encoders, get)
 
     def encode(rows: Sequence[dict[str, Any]]) -> list[list[Any]]:
         columns: list[Sequence[Any]]
@@ -85,9 +92,31 @@ def _compile(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> RowsEncod
     return encode
 
 
+def _with_response_row(keys: tuple[str, ...], encoders: list[ColumnEncoder | None],
+                       get: Callable[[dict[str, Any]], tuple[Any, ...]]) -> RowsEncoder:
+    """``decisions`` rows: the response in stored form 3, packed against its own row's
+    id, request id, args hash and policy revision (:mod:`cosigner.db.response_row`)."""
+    at = keys.index("response")
+    refs = itemgetter(*response_row.REF_COLUMNS)
+    encoders = [None if i == at else encoder for i, encoder in enumerate(encoders)]
+    bind = response_row.bind
+
+    def encode(rows: Sequence[dict[str, Any]]) -> list[list[Any]]:
+        columns = list(zip(*map(get, rows), strict=True)) or [() for _ in keys]
+        out = [list(values) if encoder is None else encoder(values)
+               for encoder, values in zip(encoders, columns, strict=True)]
+        out[at] = [bind(row["response"], refs(row)) for row in rows]
+        return out
+
+    return encode
+
+
 def column_encoder(dialect: Dialect, column: Column[Any]) -> ColumnEncoder | None:
     """What turns ``column``'s values into the driver's on ``dialect`` (``None``: they go
     as they are, SQLAlchemy has no processor for them)."""
+    if isinstance(column.type, sqlite_compact._Compact):  # noqa: SLF001 - this package's
+        packing = column.type.encoder(dialect)
+        return None if packing is None else _mapped(packing)
     impl = column.type.dialect_impl(dialect)
     process = impl.bind_processor(dialect)
     if process is None:

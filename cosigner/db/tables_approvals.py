@@ -27,6 +27,7 @@ from sqlalchemy import (
 )
 
 from cosigner.db.compressed import CompressedJSON
+from cosigner.db.sqlite_compact import HexId, UuidText
 from cosigner.db.tables import metadata
 
 approvals = Table(
@@ -35,7 +36,7 @@ approvals = Table(
     Column("id", String(36), primary_key=True),
     Column("tenant", String(128), nullable=False),
     Column("kind", String(16), nullable=False),  # policy | runtime_review
-    Column("decision_id", String(36), nullable=False),
+    Column("decision_id", UuidText, nullable=False),  # 16 bytes on SQLite (0021)
     Column("run_id", String(256), nullable=False),
     Column("tool", String(256), nullable=False),
     Column("args_hash", String(71), nullable=False),
@@ -54,7 +55,7 @@ approvals = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Column("decided_at", DateTime(timezone=True), nullable=True),
-    Column("permit_jti", String(64), nullable=True),
+    Column("permit_jti", HexId, nullable=True),
     Column("permit", JSON, nullable=True),  # {token, jti, expires_at} once approved
     # A rejection sticks (cosigner.approvals.rejections) until withdrawn: when, and by whom (actor).
     Column("withdrawn_at", DateTime(timezone=True), nullable=True),
@@ -129,7 +130,7 @@ standing_approvals = Table(
 call_inputs = Table(
     "call_inputs",
     metadata,
-    Column("decision_id", String(36), primary_key=True),
+    Column("decision_id", UuidText, primary_key=True),
     Column("tenant", String(128), nullable=False),
     # The policy input document without "now", zstd-compressed (cosigner.db.compressed).
     Column("input", CompressedJSON, nullable=False),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import JSON, BigInteger, Column, DateTime, Integer, String, Table
 
+from cosigner.db.sqlite_compact import UuidText
 from cosigner.db.tables import metadata
 
 runs = Table(
@@ -30,7 +31,7 @@ runs = Table(
 decision_outcomes = Table(
     "decision_outcomes",
     metadata,
-    Column("decision_id", String(36), primary_key=True),
+    Column("decision_id", UuidText, primary_key=True),
     Column("tenant", String(128), nullable=False),
     Column("run_id", String(256), nullable=False),
     Column("outcome", String(16), nullable=False),  # ok | error | timeout

@@ -19,6 +19,8 @@ from typing import Any, NamedTuple
 
 from sqlalchemy.engine import Dialect
 
+from cosigner.db import response_row
+from cosigner.db.compressed import RowBound
 from cosigner.db.raw_insert import sqlite_query
 from cosigner.db.tables import decisions
 
@@ -45,15 +47,23 @@ def decided(raw: sqlite3.Connection, dialect: Dialect, requests: set[tuple[str, 
         by_tenant.setdefault(tenant, []).append(request_id)
     load = decisions.c.response.type.dialect_impl(dialect).result_processor(dialect, None)
     text = decisions.c.request_hash.type.dialect_impl(dialect).result_processor(dialect, None)
+    ident = decisions.c.id.type.dialect_impl(dialect).result_processor(dialect, None)
     found: dict[tuple[str, str], Decided] = {}
     for tenant, ids in sorted(by_tenant.items()):
-        rows = sqlite_query(raw, "SELECT request_id, request_hash, response FROM decisions "
+        # id, args_hash, policy_revision: what a stored form 3 response refers to.
+        rows = sqlite_query(raw, "SELECT request_id, request_hash, response, id, args_hash, "
+                            "policy_revision FROM decisions "
                             f"WHERE tenant = ? AND request_id IN ({_marks(len(ids))})",
                             [tenant, *ids])
-        for request_id, request_hash, response in rows:
+        for request_id, request_hash, response, key, args_hash, revision in rows:
+            answer = load(response) if load else response
+            if isinstance(answer, RowBound):
+                answer = response_row.unpack(answer.stored, (
+                    ident(key) if ident else key, request_id,
+                    text(args_hash) if text else args_hash,
+                    None if revision is None else text(revision) if text else revision))
             found[(tenant, request_id)] = Decided(
-                request_id, str(text(request_hash) if text else request_hash),
-                load(response) if load else response)
+                request_id, str(text(request_hash) if text else request_hash), answer)
     return found
 
 

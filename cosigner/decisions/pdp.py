@@ -35,7 +35,7 @@ from cosigner.core.load import Shedding
 from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
 from cosigner.core.settings import Settings
-from cosigner.db import raw_pg
+from cosigner.db import raw_pg, response_row
 from cosigner.db.batch import Item, PgHooks, RawHooks, Write, savepoint_runner
 from cosigner.db.database import Database, UniqueViolation
 from cosigner.db.group_commit import GroupCommitter
@@ -213,14 +213,17 @@ async def _decided(conn: AsyncConnection, requests: set[tuple[str, str]]
     return found
 
 
-_DECIDED = select(decisions.c.request_id, decisions.c.request_hash, decisions.c.response).where(
+#: The response with the columns its stored form 3 refers to (cosigner.db.response_row).
+_DECIDED = select(decisions.c.request_id, decisions.c.request_hash, decisions.c.response,
+                  decisions.c.id, decisions.c.args_hash, decisions.c.policy_revision).where(
     decisions.c.tenant == bindparam("tenant"),
     decisions.c.request_id.in_(bindparam("ids", expanding=True)))
 
 
 async def _existing(conn: AsyncConnection, tenant: str, request_id: str) -> Any:
     return (await conn.execute(
-        select(decisions.c.request_hash, decisions.c.response).where(
+        select(decisions.c.request_hash, decisions.c.response, decisions.c.id,
+               decisions.c.request_id, decisions.c.args_hash, decisions.c.policy_revision).where(
             decisions.c.tenant == tenant, decisions.c.request_id == request_id)
     )).first()
 
@@ -228,7 +231,7 @@ async def _existing(conn: AsyncConnection, tenant: str, request_id: str) -> Any:
 def _replay(row: Any, request_hash: str) -> dict[str, Any]:
     if row.request_hash != request_hash:
         raise IdempotencyConflict("request_id was already used with a different request")
-    return dict(row.response)
+    return dict(response_row.answer(row))
 
 
 async def decide(deps: AppContext, caller: Caller, req: DecisionRequest) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 
 from cosigner.audit.masking import mask_value
 from cosigner.core.clock import isoformat
+from cosigner.db import response_row
 from cosigner.db.database import Database
 from cosigner.db.tables import audit_events, decisions, permits
 from cosigner.db.tables_approvals import approvals
@@ -54,7 +55,8 @@ async def run_timeline(db: Database, *, tenant: str, run_id: str, now: datetime,
             select(func.count()).select_from(decisions).where(*where))).scalar_one())
         rows = (await conn.execute(
             select(decisions.c.id, decisions.c.tool, decisions.c.effect,
-                   decisions.c.args_hash, decisions.c.created_at, decisions.c.response)
+                   decisions.c.args_hash, decisions.c.created_at, decisions.c.response,
+                   decisions.c.request_id, decisions.c.policy_revision)  # form 3's refs
             .where(*where).order_by(decisions.c.created_at.desc(), decisions.c.id.desc())
             .limit(limit))).all()
         ids = [row.id for row in rows]
@@ -77,7 +79,8 @@ async def run_timeline(db: Database, *, tenant: str, run_id: str, now: datetime,
     entries = []
     for row in reversed(rows):
         payload = json.loads(bodies[row.id]).get("payload", {}) if row.id in bodies else {}
-        response = row.response if isinstance(row.response, dict) else {}
+        answer = response_row.answer(row)
+        response = answer if isinstance(answer, dict) else {}
         request = requests.get(row.id)
         outcome = outcomes.get(row.id)
         status = None

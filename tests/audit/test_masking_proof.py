@@ -111,6 +111,7 @@ async def tables_holding(h: Any, needle: str, tenant: str | None = None) -> set[
     import pkgutil
 
     import cosigner.db
+    from cosigner.db import response_row
     from cosigner.db.tables import metadata
 
     for info in pkgutil.iter_modules(cosigner.db.__path__):
@@ -123,6 +124,8 @@ async def tables_holding(h: Any, needle: str, tenant: str | None = None) -> set[
             if tenant is not None and "tenant" in table.c:
                 query = query.where(table.c.tenant == tenant)
             rows = (await conn.execute(query)).all()
+            if table.name == "decisions":  # stored form 3 is read with its row (0022)
+                rows = [(*row, response_row.answer(row)) for row in rows]
             if any(needle in str(tuple(row)) for row in rows):
                 found.add(table.name)
     return found

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any
 
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 from sqlalchemy import JSON, Column, DateTime, Table, text
 from sqlalchemy.engine import Dialect
 
-from cosigner.db import compressed, digest
+from cosigner.db import compressed, digest, response_row, sqlite_compact
 from cosigner.db.database import Database
 from cosigner.db.raw_insert import insert_many
 from cosigner.db.row_encoders import column_encoder, rows_encoder
@@ -50,6 +51,8 @@ DIGESTS = (st.binary(min_size=32, max_size=32).map(lambda raw: "sha256:" + raw.h
            | st.text(max_size=80)
            | st.text(alphabet="0123456789abcdefABCDEF \n", min_size=60, max_size=66).map(
                lambda tail: "sha256:" + tail))
+IDS = (st.uuids().map(str) | st.uuids().map(lambda u: u.hex)
+       | st.uuids().map(lambda u: str(u).upper()) | st.text(max_size=40))
 
 
 def b64url(raw: bytes) -> str:
@@ -77,7 +80,9 @@ def values_for(column: Column[Any]) -> st.SearchStrategy[Any] | None:
         found = RESPONSES | JSON_VALUES
     elif kind is compressed.CompressedJSON or isinstance(column.type, JSON):
         found = JSON_VALUES
-    elif isinstance(column.type, DateTime):
+    elif kind is sqlite_compact.UuidText or kind is sqlite_compact.HexId:
+        found = IDS
+    elif isinstance(column.type, DateTime) or kind is sqlite_compact.Instant:
         found = DATETIMES | st.dates(min_value=date(1, 1, 2))
     else:
         return None
@@ -137,7 +142,9 @@ def test_rows_encoder_lays_out_columns_in_key_order(dialect: str) -> None:
     rows = [{"decision_id": f"d{i}", "tenant": "t", "input": {"n": i}, "mask": []}
             for i in range(3)]
     columns = rows_encoder(DIALECTS[dialect], call_inputs, keys)(rows)
-    assert columns[0] == ["d0", "d1", "d2"] and columns[1] == ["t"] * 3
+    ids = ["d0", "d1", "d2"] if dialect == "postgresql" else [
+        sqlite_compact.pack_uuid(f"d{i}") for i in range(3)]  # 0021: packed on SQLite
+    assert columns[0] == ids and columns[1] == ["t"] * 3
     assert columns[2] == [compressed.bind_json({"n": i}) for i in range(3)]
     assert rows_encoder(DIALECTS[dialect], call_inputs, keys)([]) == [[], [], [], []]
     assert rows_encoder(DIALECTS[dialect], call_inputs, ("tenant",))(rows) == [["t"] * 3]
@@ -216,14 +223,36 @@ def hot_rows(tenant: str, tag: str) -> list[tuple[Table, list[dict[str, Any]]]]:
 async def stored(db: Database, table: Table, key: str, prefix: str) -> list[tuple[Any, ...]]:
     column = "tenant" if table is audit_events else key
     async with db.read() as conn:
-        rows = (await conn.execute(text(
-            f"SELECT * FROM {table.name} WHERE {column} LIKE :p ORDER BY {key}"),
-            {"p": prefix + "%"})).all()
+        rows = (await conn.execute(text(f"SELECT * FROM {table.name} ORDER BY {key}"))).all()
+
+    rows = [row for row in rows if str(text_of(row._mapping[column])).startswith(prefix)]
     names = [c.name for c in table.columns if c.name not in ("id", key, "tenant",
                                                                "decision_id", "request_id",
                                                                "jti")]
-    return [tuple(bytes(row._mapping[n]) if isinstance(row._mapping[n], memoryview)
-                  else row._mapping[n] for n in names) for row in rows]
+    out = [tuple(bytes(row._mapping[n]) if isinstance(row._mapping[n], memoryview)
+                 else row._mapping[n] for n in names) for row in rows]
+    if table is decisions:  # the raw path stores form 3 (0022): compare the answers read
+        at = names.index("response")
+        out = [(*values[:at], _answer(row, values[at]), *values[at + 1:])
+               for row, values in zip(rows, out, strict=True)]
+    return out
+
+
+def _answer(row: Any, stored: Any) -> tuple[int, bytes]:
+    """(stored form, the answer read with its row's texts)."""
+    data = stored.encode() if isinstance(stored, str) else bytes(stored)
+    refs = tuple(None if v is None else text_of(v) for v in (
+        row._mapping["id"], row._mapping["request_id"]))
+    hashes = tuple(None if v is None else digest.unpack(v) for v in (
+        row._mapping["args_hash"], row._mapping["policy_revision"]))
+    value = (response_row.unpack(data, refs + hashes) if data[:1] == b"\x03"
+             else compressed.ResponseJSON().process_result_value(data, None))  # type: ignore[arg-type]
+    return min(data[0], 2), json.dumps(value, sort_keys=True).encode()
+
+
+def text_of(value: Any) -> Any:
+    """An id as read from SQLite (packed since 0021) or PostgreSQL."""
+    return sqlite_compact.unpack_uuid(value) if isinstance(value, bytes | memoryview) else value
 
 
 async def test_raw_rows_read_back_as_core_rows(database_url: str, tenant: str) -> None:

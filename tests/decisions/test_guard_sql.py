@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cosigner.approvals import rejections
+from cosigner.db import response_row
 from cosigner.db.raw_insert import raw_sqlite
 from cosigner.db.tables_approvals import approvals
 from cosigner.db.tables_runs import runs
@@ -66,7 +67,7 @@ async def test_raw_guard_reads_equal_sqlalchemy(harness: Any, tenant: str,
         assert set(got) == set(want) == {(tenant, f"req-{i}") for i in range(3)}
         for key, row in want.items():
             assert (got[key].request_hash, got[key].response) == (row.request_hash,
-                                                                   dict(row.response))
+                                                                   dict(response_row.answer(row)))
         pairs = {(tenant, "r1"), (tenant, "r2"), (other, "r2"), (other, "r1"), (tenant, "x")}
         assert guard_sql.contracted(raw, pairs) == await contracts.contracted(conn, pairs)
         assert guard_sql.contracted(raw, pairs) == {(tenant, "r1"), (other, "r2")}

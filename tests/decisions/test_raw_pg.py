@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 
 from cosigner.approvals import rejections
 from cosigner.audit.chain import Event, verify_bodies
-from cosigner.db import raw_pg
+from cosigner.db import compressed, digest, raw_pg, response_row
 from cosigner.db.batch import Write
 from cosigner.db.database import UniqueViolation
 from cosigner.db.tables import audit_events, decisions, permits
@@ -68,7 +68,8 @@ async def test_raw_pg_guard_reads_equal_sqlalchemy(harness: Any, tenant: str) ->
             got = await raw_pg.guard_reads(pg, dialect, requests, pairs, calls)
             assert set(got.decided) == set(want) == {(tenant, f"req-{i}") for i in range(3)}
             for key, row in want.items():
-                assert got.decided[key] == (key[1], row.request_hash, dict(row.response))
+                assert got.decided[key] == (key[1], row.request_hash,
+                                            dict(response_row.answer(row)))
             assert got.contracted == await contracts.contracted(conn, pairs)
             assert got.contracted == {(tenant, r1), (other, r2)}
             want_calls = await rejections.rejected_calls(conn, calls)
@@ -116,7 +117,9 @@ async def test_allow_batches_run_on_asyncpg_and_read_back_as_answered(
     again = await harness.client.post("/v1/decisions", headers=headers, json=bodies[0])
     assert again.json() == answers[0].json()  # a retry: the guard's read, first answer
     async with harness.db.read() as conn:
-        rows = (await conn.execute(select(decisions.c.id, decisions.c.response).where(
+        rows = (await conn.execute(select(  # with what a form 3 response refers to
+            decisions.c.id, decisions.c.request_id, decisions.c.args_hash,
+            decisions.c.policy_revision, decisions.c.response).where(
             decisions.c.tenant == tenant))).all()
         jtis = (await conn.execute(select(permits.c.jti).where(
             permits.c.tenant == tenant))).scalars().all()
@@ -125,7 +128,7 @@ async def test_allow_batches_run_on_asyncpg_and_read_back_as_answered(
         chain = (await conn.execute(select(audit_events.c.body, audit_events.c.hash)
                                     .where(audit_events.c.tenant == tenant)
                                     .order_by(audit_events.c.seq))).all()
-    assert {row.id: dict(row.response) for row in rows} == by_id
+    assert {row.id: dict(response_row.answer(row)) for row in rows} == by_id
     assert len(jtis) == inputs == 20
     made = [r for r in chain if '"type":"decision.made"' in r.body]
     minted = [r for r in chain if '"type":"permit.minted"' in r.body]
@@ -231,6 +234,7 @@ async def test_rows_written_raw_equal_rows_written_by_core(
             await conn.execute(table.insert(), rows)
     dsn = harness.settings.database_url.replace("postgresql+asyncpg://", "postgresql://")
     pg = await asyncpg.connect(dsn)
+    formed: set[int] = set()
     try:
         for table, rows in captured:
             key = keys[table.name]
@@ -241,7 +245,16 @@ async def test_rows_written_raw_equal_rows_written_by_core(
                                          row[key][:30] + "-core")
                 assert raw is not None and core is not None
                 differ = {name for name in raw.keys() if raw[name] != core[name]}
+                if table.name == "decisions":  # raw: form 3 against its row (0022)
+                    read = compressed.ResponseJSON().process_result_value
+                    assert response_row.resolve(read(raw["response"], None), (  # type: ignore[arg-type]
+                        raw["id"], raw["request_id"], digest.unpack(raw["args_hash"]),
+                        digest.unpack(raw["policy_revision"]))) == read(
+                            core["response"], None)  # type: ignore[arg-type]
+                    formed.add(bytes(raw["response"])[0])
+                    differ.discard("response")
                 assert differ <= {key, "request_id"}, (table.name, differ)
+        assert formed == {1, 3}  # the allow's answer in form 3, the approval's in form 1
     finally:
         await pg.close()
 

@@ -86,6 +86,7 @@ async def test_work_items_share_the_batch_and_a_refused_one_fails_alone(
     only that item fails, its writes are gone, the others commit with their events."""
     from cosigner.audit.chain import Event
     from cosigner.core.errors import Conflict
+    from cosigner.db import response_row
     from cosigner.db.batch import Write
     from cosigner.db.database import UniqueViolation
 
@@ -93,8 +94,10 @@ async def test_work_items_share_the_batch_and_a_refused_one_fails_alone(
     first = (await harness.client.post("/v1/decisions", headers=headers,
                                        json=decision_request())).json()
     async with harness.db.read() as conn:
-        row = dict((await conn.execute(select(decisions).where(
-            decisions.c.id == first["decision_id"]))).one()._mapping)
+        read = (await conn.execute(select(decisions).where(
+            decisions.c.id == first["decision_id"]))).one()
+    # The answer resolved against its row (stored form 3 refers to the row's columns).
+    row = {**read._mapping, "response": response_row.answer(read)}
 
     async def duplicate(conn: Any) -> Write:
         await conn.execute(decisions.insert(), row)  # same primary key: refused

@@ -1,0 +1,135 @@
+"""``decisions.response`` stored as a difference from its own row (issue 20, form 3).
+
+A Decision v1 answer spells its decision id, request id, args hash and policy revision,
+and its permit's claims spell three of them again; the row holds all four as columns
+(``id``, ``request_id``, ``args_hash``, ``policy_revision``). Stored form 3 is form 2
+(:mod:`cosigner.db.compressed`: the answer with the token's place empty, the token's
+decoded header and claims, its raw signature) with every occurrence of those column
+texts in the answer, header and claims replaced by a two-byte reference
+(``0x1A``, ``1..4``) before compression. Reads put the texts back from the row: the
+bytes are exactly form 2's, so the token and the answer are rebuilt byte for byte.
+
+Exactness: a part holding a ``0x1A`` byte (never in JSON text, which escapes control
+characters) is not packed this way (form 2 instead); a column text that is not
+printable (a byte below ``0x20``, among others) is not referenced; references are
+replaced longest first (the three parts searched as one, separated by ``0x1A 0x00``),
+and a reference's second byte (``1..4``) cannot occur in a referenced text, so no later text matches
+across one (tests/db/test_response_row.py, hypothesis).
+
+Only the group commit's inserts know the row when the response is encoded
+(:mod:`cosigner.db.row_encoders`); other writers store form 2. Every reader of
+``decisions.response`` selects the four columns with it and calls :func:`answer`
+(``ResponseJSON`` gives a :class:`~cosigner.db.compressed.RowBound` for form 3, which
+is not a mapping: a reader that forgot fails rather than answering wrong).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cosigner.db import compressed
+
+V3_ROW = compressed.V3_ROW
+#: The row's columns an answer may refer to, in reference order (1..4).
+REF_COLUMNS = ("id", "request_id", "args_hash", "policy_revision")
+_MARK = b"\x1a"
+_MIN_REF = 8
+#: Between the three parts while they are searched (no text holds 0x1A, no mark 0x00).
+_SEPARATOR = _MARK + b"\x00"
+_MARKS = tuple(_MARK + bytes([i + 1]) for i in range(len(REF_COLUMNS)))
+
+
+def pack(value: Any, refs: Sequence[str | None]) -> bytes | None:
+    """``value`` in stored form 3 given its row's :data:`REF_COLUMNS` texts, or ``None``
+    when form 3 does not apply (no permit token, or a part holding ``0x1A``)."""
+    parts = compressed.response_parts(value)
+    if parts is None:
+        return None
+    answer, header, claims, signature = parts
+    if _MARK in answer or _MARK in header or _MARK in claims:
+        return None
+    usable = [(len(text), _MARKS[i], text.encode()) for i, text in enumerate(refs)
+              if isinstance(text, str) and len(text) >= _MIN_REF and text.isprintable()]
+    usable.sort(reverse=True)  # longest first
+    joined = _SEPARATOR.join((answer, header, claims))  # one search per text, not three
+    for _, mark, text in usable:
+        joined = _replace(joined, text, mark)
+    answer, header, claims = joined.split(_SEPARATOR)
+    return bytes([V3_ROW]) + compressed._COMPRESSOR.compress(  # noqa: SLF001
+        compressed.join_parts(answer, header, claims, signature))
+
+
+def _replace(part: bytes, text: bytes, mark: bytes) -> bytes:
+    """``part.replace(text, mark)``, searching for a short head of ``text`` first (CPython
+    prepares a search for a long needle at ~1.7 µs a call: 12 calls per answer)."""
+    head = text[:12]
+    at = part.find(head)
+    if at < 0:
+        return part
+    out: list[bytes] = []
+    start = 0
+    while at >= 0:
+        if part.startswith(text, at):
+            out += (part[start:at], mark)
+            start = at + len(text)
+            at = part.find(head, start)
+        else:
+            at = part.find(head, at + 1)
+    out.append(part[start:])
+    return b"".join(out)
+
+
+def bind(value: Any, refs: Sequence[str | None]) -> bytes | None:
+    """What the row's ``response`` column stores (form 3 where it applies, else what
+    :class:`~cosigner.db.compressed.ResponseJSON` stores)."""
+    if value is None:
+        return None
+    packed = pack(value, refs)
+    return packed if packed is not None else compressed.bind_response(value)
+
+
+def _restore(part: bytes, refs: Sequence[bytes | None]) -> bytes:
+    if _MARK not in part:
+        return part
+    pieces = part.split(_MARK)
+    out = [pieces[0]]
+    for piece in pieces[1:]:
+        text = refs[piece[0] - 1] if piece and 1 <= piece[0] <= len(refs) else None
+        if text is None:
+            raise ValueError("a form 3 response refers to a column its row does not hold")
+        out += (text, piece[1:])
+    return b"".join(out)
+
+
+def unpack(stored: bytes | bytearray | memoryview, refs: Sequence[str | None]) -> Any:
+    """The answer of a stored form 3 value, given its row's :data:`REF_COLUMNS` texts.
+
+    Raises:
+        ValueError: not form 3, a damaged frame, or a reference to a missing column.
+    """
+    data = bytes(stored)
+    if data[:1] != bytes([V3_ROW]):
+        raise ValueError("not a form 3 response")
+    answer, header, claims, signature = compressed.split_parts(
+        compressed._unzstd(data))  # noqa: SLF001
+    texts = [text.encode() if isinstance(text, str) else None for text in refs]
+    return compressed.answer_of(_restore(answer, texts), _restore(header, texts),
+                                _restore(claims, texts), signature)
+
+
+def resolve(response: Any, refs: Sequence[str | None]) -> Any:
+    """A ``ResponseJSON`` value as read, resolved against its row when it is form 3."""
+    if isinstance(response, compressed.RowBound):
+        return unpack(response.stored, refs)
+    return response
+
+
+def answer(row: Any) -> Any:
+    """The answer of a row holding ``response`` and the :data:`REF_COLUMNS` (attributes,
+    as SQLAlchemy rows give them)."""
+    response = row.response
+    if isinstance(response, compressed.RowBound):
+        return unpack(response.stored, (row.id, row.request_id, row.args_hash,
+                                        row.policy_revision))
+    return response

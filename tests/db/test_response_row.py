@@ -1,0 +1,138 @@
+"""Decision responses stored as a difference from their row (issue 20, stored form 3,
+migration 0022_s7store_response_row): read back exactly, on both databases, and the
+migration rewrites existing rows up, down and up again."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+import orjson
+import pytest
+from alembic import command
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from cosigner.db import compressed, response_row
+from cosigner.db.migrate import alembic_config, upgrade
+from cosigner.db.tables import decisions
+from tests.db.test_migrate import empty_database  # noqa: F401 - fixture
+
+DECISION = "01a232bb-8747-71dd-9f29-1804dc82d966"
+ARGS = "sha256:" + "7d" * 32
+REVISION = "sha256:" + "df" * 32
+
+
+def b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def answer(decision: str, request: str, args: str, revision: str | None,
+           claims: bytes | None = None, signature: bytes = b"\x9f" * 64) -> dict[str, Any]:
+    claims = claims if claims is not None else orjson.dumps({
+        "jti": "j", "decision_id": decision, "args_hash": args,
+        "policy": {"revision": revision}, "request": request})
+    token = ".".join(b64url(raw) for raw in (b'{"alg":"Ed25519","kid":"k"}', claims,
+                                             signature))
+    return {"decision_id": decision, "request_id": request, "effect": "allow",
+            "policy": {"id": "p", "version": "1", "revision": revision},
+            "args_hash": args, "permit": {"token": token, "jti": "j",
+                                          "expires_at": "2026-12-02T08:11:42Z"},
+            "approval": None}
+
+
+TEXTS = st.text(max_size=40) | st.sampled_from([DECISION, ARGS, REVISION, "r-1", "a" * 8])
+
+
+@settings(max_examples=300, deadline=None)
+@given(decision=TEXTS, request=TEXTS, args=TEXTS, revision=st.none() | TEXTS,
+       refs=st.lists(st.none() | TEXTS, min_size=4, max_size=4),
+       claims=st.none() | st.binary(max_size=200), signature=st.binary(max_size=80),
+       same=st.booleans())
+def test_form_3_reads_back_exactly(decision: str, request: str, args: str,
+                                   revision: str | None, refs: list[str | None],
+                                   claims: bytes | None, signature: bytes, same: bool) -> None:
+    value = answer(decision, request, args, revision, claims, signature)
+    row = (decision, request, args, revision) if same else tuple(refs)
+    stored = response_row.bind(value, row)
+    assert stored is not None
+    if stored[0] == compressed.V3_ROW:
+        assert orjson.dumps(response_row.unpack(stored, row)) == orjson.dumps(value)
+        read = compressed.ResponseJSON().process_result_value(stored, None)  # type: ignore[arg-type]
+        assert isinstance(read, compressed.RowBound)  # not a mapping without its row
+        assert orjson.dumps(response_row.resolve(read, row)) == orjson.dumps(value)
+        with pytest.raises(ValueError):
+            compressed.decompress(stored)
+    else:  # a part holding 0x1A: form 2
+        assert orjson.dumps(compressed.ResponseJSON().process_result_value(
+            stored, None)) == orjson.dumps(value)  # type: ignore[arg-type]
+
+
+def test_the_row_texts_are_not_in_the_frame() -> None:
+    value = answer(DECISION, "req-seed-1", ARGS, REVISION)
+    stored = response_row.pack(value, (DECISION, "req-seed-1", ARGS, REVISION))
+    assert stored is not None and stored[0] == compressed.V3_ROW
+    frame = compressed._unzstd(stored)
+    for text_ in (DECISION, "req-seed-1", ARGS, REVISION):
+        assert text_.encode() not in frame
+    assert len(stored) < len(compressed.pack_response(value) or b"")
+    with pytest.raises(ValueError):  # a reference to a column the reader did not give
+        response_row.unpack(stored, (DECISION, None, ARGS, REVISION))
+
+
+def _to(connection: Any, url: str, revision: str, down: bool = False) -> None:
+    cfg = alembic_config(url)
+    cfg.attributes["connection"] = connection
+    (command.downgrade if down else command.upgrade)(cfg, revision)
+
+
+async def test_upgrade_down_and_up_again_with_rows(empty_database: str) -> None:  # noqa: F811
+    url = empty_database
+    engine = create_async_engine(url)
+    ids = [f"01a232bb-8747-71dd-9f29-1804dc82d9{i:02x}" for i in range(5)] + ["plain-id-1"]
+    values = {key: answer(key, f"req-{i}", ARGS, REVISION if i % 2 else None)
+              for i, key in enumerate(ids)}
+    values[ids[2]] = {"decision_id": ids[2], "effect": "deny", "permit": None}  # form 1
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_to, url, "0021_s7store_compact_ids")
+            await conn.execute(decisions.insert(), [  # Core: stored form 2 (or 1)
+                {"id": key, "tenant": "t-s7r", "request_id": f"req-{i}",
+                 "request_hash": ARGS, "run_id": "r", "tool": "t", "args_hash": ARGS,
+                 "effect": "allow", "caller": "c", "policy_id": None, "policy_version": None,
+                 "policy_revision": REVISION if i % 2 else None, "response": values[key],
+                 "created_at": __import__("datetime").datetime(2026, 12, 1)}
+                for i, key in enumerate(ids)])
+
+        async def forms() -> dict[str, int]:
+            async with engine.connect() as conn:
+                rows = (await conn.execute(select(decisions.c.id, text("response")).where(
+                    decisions.c.tenant == "t-s7r"))).all()
+            return {key: bytes(stored)[0] for key, stored in rows}
+
+        async def answers() -> dict[str, Any]:
+            async with engine.connect() as conn:
+                rows = (await conn.execute(select(
+                    decisions.c.id, decisions.c.request_id, decisions.c.args_hash,
+                    decisions.c.policy_revision, decisions.c.response).where(
+                        decisions.c.tenant == "t-s7r"))).all()
+            return {row.id: orjson.dumps(response_row.answer(row)) for row in rows}
+
+        expected = {key: orjson.dumps(value) for key, value in values.items()}
+        form_2 = {key: 1 if key == ids[2] else 2 for key in ids}
+        assert await forms() == form_2 and await answers() == expected
+        await upgrade(url)
+        assert await forms() == {key: 1 if key == ids[2] else 3 for key in ids}
+        assert await answers() == expected
+        async with engine.begin() as conn:
+            await conn.run_sync(_to, url, "0021_s7store_compact_ids", True)
+        assert await forms() == form_2 and await answers() == expected
+        await upgrade(url)
+        assert await forms() == {key: 1 if key == ids[2] else 3 for key in ids}
+        assert await answers() == expected
+    finally:
+        await engine.dispose()
+        await asyncio.sleep(0)
