@@ -56,7 +56,10 @@ class _LeanLoader(importlib.abc.Loader):
     def __init__(self, name: str, path: str) -> None:
         self.name = name
         self.path = path
-        self.lock = threading.Lock()
+        # Re-entrant: the real ``__init__`` may look a name up in its own module (a
+        # ``from . import submodule``) while this thread runs it.
+        self.lock = threading.RLock()
+        self.completed = False
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
         return None  # the default module
@@ -67,11 +70,16 @@ class _LeanLoader(importlib.abc.Loader):
         loader = self
 
         def __getattr__(name: str) -> Any:  # noqa: N807 - PEP 562 module attribute hook
+            # Another thread asking while the real ``__init__`` runs waits for it here: the
+            # hook stays in place until every name is bound (removed first, a concurrent
+            # lookup of a name not bound yet failed with AttributeError).
             with loader.lock:
-                if namespace.get("__getattr__") is __getattr__:
-                    del namespace["__getattr__"]
+                if not loader.completed:
+                    loader.completed = True  # this thread's own lookups meanwhile: below
                     with open(loader.path, encoding="utf-8") as source:
                         exec(compile(source.read(), loader.path, "exec"), namespace)  # noqa: S102
+                    if namespace.get("__getattr__") is __getattr__:
+                        del namespace["__getattr__"]
             try:
                 return namespace[name]
             except KeyError:

@@ -76,12 +76,20 @@ def ecma_pattern(pattern: str) -> str:
     would pass ``^ord_[0-9]+$``), and ``\\d \\D \\w \\W`` are ASCII classes (ECMA-262
     §22.2.2.9; ``\\s`` and ``\\b`` are left as Python's, which jsonschema-rs matches)."""
     out: list[str] = []
-    escaped = in_class = False
+    escaped = in_class = after_set = False
+    dash = -1  # where in out the last unescaped "-" inside a class went
     for char in pattern:
+        follows_set, after_set = after_set, False
         if escaped:
             escaped = False
             if char in _ECMA_CLASSES:
                 out[-1] = (_ECMA_IN_CLASS if in_class else _ECMA_CLASSES)[char]
+                if in_class:
+                    # ECMA-262 B.1.2: a "-" beside a class escape is a literal "-"; beside
+                    # the expansion, Python would read a range ("[\\w-z]", "[+-\\d]").
+                    if dash == len(out) - 2:
+                        out[dash] = r"\-"
+                    after_set = True
                 continue
         elif char == "\\":
             escaped = True
@@ -89,6 +97,11 @@ def ecma_pattern(pattern: str) -> str:
             in_class = True
         elif char == "]":
             in_class = False
+        elif char == "-" and in_class:
+            dash = len(out)
+            if follows_set:
+                out.append(r"\-")
+                continue
         elif char == "$" and not in_class:
             out.append(r"\Z")
             continue
