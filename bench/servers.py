@@ -243,15 +243,42 @@ class SeededCosignerDeployment(CosignerDeployment):
         self.report = ""
 
     def prepare(self) -> None:
-        super().prepare()
-        path = self.workdir / "cosigner.db"
-        print(f"  seeding {self.name}: {self.decisions:,} decisions (bench/storage.py)",
-              flush=True)
-        self.report = run([sys.executable, str(ROOT / "bench" / "storage.py"),
-                           "--database", str(path), "--tenant", self.tenant,
-                           "--decisions", str(self.decisions),
-                           "--key-dir", str(self.workdir / "keys")])
+        path, keys = self.workdir / "cosigner.db", self.workdir / "keys"
+        cached = self._cached()
+        if cached is not None and cached.exists():
+            # a log seeded earlier by this same command at this schema (BENCH_SEED_CACHE)
+            print(f"  {self.name}: the seeded log from {cached}", flush=True)
+            shutil.copyfile(cached / "cosigner.db", path)
+            shutil.copytree(cached / "keys", keys)
+            super().prepare()
+            self.report = run([sys.executable, str(ROOT / "bench" / "storage.py"),
+                               "--database", str(path), "--report-only"])
+        else:
+            super().prepare()
+            print(f"  seeding {self.name}: {self.decisions:,} decisions (bench/storage.py)",
+                  flush=True)
+            self.report = run([sys.executable, str(ROOT / "bench" / "storage.py"),
+                               "--database", str(path), "--tenant", self.tenant,
+                               "--decisions", str(self.decisions), "--key-dir", str(keys)])
+            if cached is not None:
+                staging = cached.with_name(cached.name + ".part")
+                shutil.rmtree(staging, ignore_errors=True)
+                staging.mkdir(parents=True)
+                shutil.copyfile(path, staging / "cosigner.db")
+                shutil.copytree(keys, staging / "keys")
+                staging.rename(cached)
         (self.workdir / "storage.txt").write_text(self.report)
+
+    def _cached(self) -> Path | None:
+        """Where the seeded log is kept between runs when ``BENCH_SEED_CACHE`` names a
+        folder: one entry per tenant, count and schema head (the newest migration), so a
+        change of what is stored seeds again."""
+        folder = os.environ.get("BENCH_SEED_CACHE")
+        if not folder:
+            return None
+        versions = ROOT / "cosigner" / "db" / "migrations" / "versions"
+        head = max(p.stem for p in versions.glob("[0-9]*.py"))
+        return Path(folder) / f"{self.tenant}-{self.decisions}-{head}"
         print(self.report, flush=True)
 
 
