@@ -60,12 +60,7 @@ def _add(p: int, value: Any) -> None:
     if kind is str:
         code = _str(p, value.encode("utf-8"))
     elif kind is dict:
-        for key, item in value.items():
-            _add(p, key)
-            _add(p, item)
-            if code := _item(p):
-                _fail(code)
-        code = _object(p, len(value))
+        code = _add_object(p, value)
     elif kind is int:
         code = _int(p, value)
     elif kind is list:
@@ -85,6 +80,16 @@ def _add(p: int, value: Any) -> None:
         _fail(code)
 
 
+def _add_object(p: int, value: Mapping[Any, Any]) -> int:
+    """Each member's key and value, then the object; rego-cpp's status code of the last."""
+    for key, item in value.items():
+        _add(p, key)
+        _add(p, item)
+        if status := _item(p):
+            _fail(status)
+    return int(_object(p, len(value)))
+
+
 def _add_other(p: int, value: Any) -> None:
     """regopy's own chain, for every type that is not exactly a JSON type."""
     if isinstance(value, int):  # bool was taken above; int subclasses (IntEnum)
@@ -98,12 +103,7 @@ def _add_other(p: int, value: Any) -> None:
             _add(p, item)
         code = _set(p, len(value))
     elif isinstance(value, Mapping):
-        for key, item in value.items():
-            _add(p, key)
-            _add(p, item)
-            if code := _item(p):
-                _fail(code)
-        code = _object(p, len(value))
+        code = _add_object(p, value)
     elif isinstance(value, Sequence):
         for item in value:
             _add(p, item)

@@ -29,12 +29,21 @@ PLAN = "cosigner/refunds/decision"
 V1 = Path(__file__).parent / "data" / "refunds_v1.rego"
 
 
+def today_and_earlier(folder: Path, entry: str, plan: str, earlier_text: Path,
+                      sources: dict[str, str]
+                      ) -> tuple[RegoEngine, regopy.Interpreter, regopy.Bundle]:
+    """The shipped bundle in ``folder`` as the engine loads it, and the earlier policy
+    text (``sources``, read from ``earlier_text``) compiled as before session 7."""
+    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    today = RegoEngine.from_files(files, entrypoint=entry, where=str(folder))
+    it, bundle = compile_modules(sources, [plan], where=str(earlier_text))
+    return today, it, bundle
+
+
 @pytest.fixture(scope="module")
 def engines() -> tuple[RegoEngine, regopy.Interpreter, regopy.Bundle]:
-    files = {p.name: p.read_bytes() for p in REFUNDS_REGO.iterdir() if p.is_file()}
-    today = RegoEngine.from_files(files, entrypoint=ENTRY, where=str(REFUNDS_REGO))
-    it, bundle = compile_modules({"refunds.rego": V1.read_text()}, [PLAN], where=str(V1))
-    return today, it, bundle
+    return today_and_earlier(REFUNDS_REGO, ENTRY, PLAN, V1,
+                             {"refunds.rego": V1.read_text()})
 
 
 def earlier(it: regopy.Interpreter, bundle: regopy.Bundle, doc: dict[str, Any],
@@ -119,12 +128,9 @@ MCP_V1 = Path(__file__).parent / "data" / "mcp_filesystem_v1.rego"
 
 @pytest.fixture(scope="module")
 def mcp_engines() -> tuple[RegoEngine, regopy.Interpreter, regopy.Bundle]:
-    files = {p.name: p.read_bytes() for p in MCP.iterdir() if p.is_file()}
-    today = RegoEngine.from_files(files, entrypoint=MCP_ENTRY, where=str(MCP))
-    sources = {"mcp_filesystem.rego": MCP_V1.read_text(),
-               "roots.rego": (MCP / "roots.rego").read_text()}
-    it, bundle = compile_modules(sources, [MCP_PLAN], where=str(MCP_V1))
-    return today, it, bundle
+    return today_and_earlier(MCP, MCP_ENTRY, MCP_PLAN, MCP_V1, {
+        "mcp_filesystem.rego": MCP_V1.read_text(),
+        "roots.rego": (MCP / "roots.rego").read_text()})
 
 
 segment = st.sampled_from(["", ".", "..", "a", "b", "mcp", "srv", "...", "..a", "etc"])
