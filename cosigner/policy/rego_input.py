@@ -18,10 +18,11 @@ type takes the same ``isinstance`` chain, in the same order, as regopy (a ``bool
 convert as before. Property-tested against regopy (tests/policy/test_rego_input.py).
 
 Errors are regopy's: ``regopy.RegoError`` when rego-cpp refuses a step, ``ValueError``
-for an unconvertible type, ``UnicodeEncodeError`` for a lone surrogate. As in regopy, an
-integer outside int64 wraps silently in ``ctypes.c_int64`` (2**64 is 0); Cosigner's
-strict JSON parser refuses integers beyond 2**53 before any policy runs. The input is
-always freed, also on an error (regopy leaked it on the non-Rego errors).
+for an unconvertible type, ``UnicodeEncodeError`` for a lone surrogate. Unlike regopy,
+a string holding U+0000 and an integer outside int64 are refused (:class:`Unrepresentable`,
+a ``RegoError``): regopy hands rego-cpp a string cut short at the NUL and an integer
+wrapped by ``ctypes.c_int64``, so the policy would judge other data than the tool gets.
+The input is always freed, also on an error (regopy leaked it on the non-Rego errors).
 """
 
 from __future__ import annotations
@@ -55,14 +56,36 @@ def _fail(code: int) -> None:
     raise regopy.RegoError("Unable to create input", code)
 
 
+class Unrepresentable(regopy.RegoError):  # type: ignore[misc]
+    """A value of the input that rego-cpp would receive as another value, refused so the
+    decision is a ``policy_error`` deny rather than a judgement of other data than the
+    tool receives: a string holding U+0000 (rego-cpp takes C strings and would see it cut
+    short there, ``/srv/mcp/a\\0/../../etc`` read as ``/srv/mcp/a``; regopy passes it so)
+    and an integer outside int64 (``ctypes.c_int64`` wraps it: 2**64 would be 0)."""
+
+
+def _text(p: int, value: str) -> int:
+    if "\0" in value:
+        raise Unrepresentable("a string of the input holds U+0000, which the Rego engine "
+                              "cannot represent")
+    return int(_str(p, value.encode("utf-8")))
+
+
+def _integer(p: int, value: int) -> int:
+    if not -(2**63) <= value < 2**63:
+        raise Unrepresentable("an integer of the input is outside int64, which the Rego "
+                              "engine cannot represent")
+    return int(_int(p, value))
+
+
 def _add(p: int, value: Any) -> None:
     kind = type(value)
     if kind is str:
-        code = _str(p, value.encode("utf-8"))
+        code = _text(p, value)
     elif kind is dict:
         code = _add_object(p, value)
     elif kind is int:
-        code = _int(p, value)
+        code = _integer(p, value)
     elif kind is list:
         for item in value:
             _add(p, item)
@@ -93,11 +116,11 @@ def _add_object(p: int, value: Mapping[Any, Any]) -> int:
 def _add_other(p: int, value: Any) -> None:
     """regopy's own chain, for every type that is not exactly a JSON type."""
     if isinstance(value, int):  # bool was taken above; int subclasses (IntEnum)
-        code = _int(p, value)
+        code = _integer(p, value)
     elif isinstance(value, float):
         code = _float(p, value)
     elif isinstance(value, str):
-        code = _str(p, value.encode("utf-8"))
+        code = _text(p, value)
     elif isinstance(value, Set):
         for item in value:
             _add(p, item)

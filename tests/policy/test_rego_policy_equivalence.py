@@ -59,6 +59,24 @@ def earlier(it: regopy.Interpreter, bundle: regopy.Bundle, doc: dict[str, Any],
     return results[0].expressions[0]
 
 
+def holds_nul(value: Any) -> bool:
+    """A string holding U+0000 anywhere in ``value`` (keys included)."""
+    if isinstance(value, str):
+        return "\0" in value
+    if isinstance(value, dict):
+        return any(holds_nul(k) or holds_nul(v) for k, v in value.items())
+    return isinstance(value, list) and any(map(holds_nul, value))
+
+
+def as_before(it: regopy.Interpreter, bundle: regopy.Bundle, doc: dict[str, Any],
+              plan: str = PLAN) -> tuple[str, Any]:
+    """The earlier evaluation's outcome, except that a string with U+0000 in what the
+    policy reads is now refused (rego-cpp saw it cut short at the NUL): a PolicyError."""
+    if holds_nul([doc.get("tool"), doc.get("args")]):
+        return ("error", "PolicyError")
+    return outcome(lambda: earlier(it, bundle, doc, plan))
+
+
 def outcome(call: Any) -> tuple[str, Any]:
     try:
         return ("ok", call())
@@ -103,7 +121,7 @@ def test_refund_policy_decides_as_before(
         engines: tuple[RegoEngine, regopy.Interpreter, regopy.Bundle], doc: dict[str, Any]
 ) -> None:
     today, it, bundle = engines
-    assert outcome(lambda: today.evaluate_sync(doc)) == outcome(lambda: earlier(it, bundle, doc))
+    assert outcome(lambda: today.evaluate_sync(doc)) == as_before(it, bundle, doc)
 
 
 @pytest.mark.parametrize("currency", ["USD", "EUR", "GBP", "JPY", None])
@@ -156,8 +174,21 @@ def test_filesystem_policy_decides_as_before(
         mcp_engines: tuple[RegoEngine, regopy.Interpreter, regopy.Bundle], doc: dict[str, Any]
 ) -> None:
     today, it, bundle = mcp_engines
-    assert outcome(lambda: today.evaluate_sync(doc)) == outcome(
-        lambda: earlier(it, bundle, doc, MCP_PLAN))
+    assert outcome(lambda: today.evaluate_sync(doc)) == as_before(it, bundle, doc, MCP_PLAN)
+
+
+def test_a_nul_in_a_path_is_refused_not_read_cut_short(
+        mcp_engines: tuple[RegoEngine, regopy.Interpreter, regopy.Bundle]) -> None:
+    """rego-cpp would read ``/srv/mcp/a\\0/../../etc/passwd`` as ``/srv/mcp/a`` (inside
+    the root: the earlier engine allowed it) while the tool gets the whole path."""
+    today, it, bundle = mcp_engines
+    for path in ["/srv/mcp/a\0/../../../etc/passwd", "/srv/mcp\0/../etc", "\0"]:
+        doc = {"tool": {"name": "filesystem.read_text_file"}, "args": {"path": path}}
+        with pytest.raises(PolicyError):
+            today.evaluate_sync(doc)
+    doc = {"tool": {"name": "filesystem.read_text_file"},
+           "args": {"path": "/srv/mcp/a\0/../../../etc/passwd"}}
+    assert earlier(it, bundle, doc, MCP_PLAN)["effect"] == "allow"  # what regopy did
 
 
 def test_every_short_path_under_the_root_decides_as_before(
