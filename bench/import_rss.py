@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: (label, modules), imported in this order: each row is the growth over the rows above.
 #: ``cosigner`` is imported first (tiny), so SQLAlchemy's asyncio package and uvicorn load
-#: as a server loads them (cosigner.lean_imports: no ORM, no uvicorn command line).
+#: as a server loads them (cosigner.core.lean_imports: no ORM, no uvicorn command line).
 SERVED = [
     ("interpreter (site)", []),
     ("fastapi + starlette + pydantic", ["fastapi"]),
@@ -69,7 +69,7 @@ OPTIONAL = [
 
 PROBE = """
 import importlib, sys
-import cosigner  # cosigner.lean_imports, as in a server
+import cosigner  # cosigner.core.lean_imports, as in a server
 def rss():
     for line in open('/proc/self/status'):
         if line.startswith('VmRSS:'):

@@ -16,7 +16,7 @@ from tests.conftest import ROOT, TEST_KEK
 #: sign-in, a passkey route, a webhook delivery, a migration (run in a child), a page, a
 #: tool's first argument check (the compiled validator; bundle load checks with jsonschema),
 #: cryptography and joserfc (the keyring signs, verifies and unseals on PyNaCl; OIDC loads
-#: joserfc on the first sign-in); SQLAlchemy's ORM (cosigner.lean_imports), the page routes
+#: joserfc on the first sign-in); SQLAlchemy's ORM (cosigner.core.lean_imports), the page routes
 #: with argon2 and babel (the first request under /ui), prometheus-client (the first series
 #: recorded or scrape), uvicorn's command line and reload supervisor (click, watchfiles)
 #: and its WebSocket protocol (serve runs ``uvicorn.Server`` with ``ws="none"``).
@@ -34,7 +34,7 @@ import asyncio, json, sys
 from pathlib import Path
 
 import cosigner.cli.main  # what `cosigner serve` imports before it builds the app
-import uvicorn  # as `cosigner serve` imports it (after cosigner: cosigner.lean_imports)
+import uvicorn  # as `cosigner serve` imports it (after cosigner: cosigner.core.lean_imports)
 from cosigner.app import create_app
 from cosigner.core.settings import Settings
 
@@ -86,7 +86,7 @@ LEAN_CHILD = """
 import json, sys
 package, late, heavy, lean = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "lean"
 if lean:
-    import cosigner  # installs cosigner.lean_imports
+    import cosigner  # installs cosigner.core.lean_imports
 import importlib
 module = importlib.import_module(package)
 before = heavy in sys.modules

@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "cosigner"
 #: Areas from the bottom up. An area imports only areas of a lower rank (or itself).
 RANKS = {
     "core": 0,
+    "": 1,  # the package's own __init__: it installs core.lean_imports, nothing else
     "db": 1,
     "keys": 2, "webhooks": 2,
     "audit": 3,

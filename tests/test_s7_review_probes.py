@@ -1,4 +1,4 @@
-"""Review probes (session 7) for cosigner.lean_imports."""
+"""Review probes (session 7) for cosigner.core.lean_imports."""
 
 from __future__ import annotations
 

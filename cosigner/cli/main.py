@@ -127,7 +127,7 @@ def _run_server(server: Any) -> int:
     stops (Ctrl-C is a normal stop); exit 3 (uvicorn's startup failure) when it never
     started. ``uvicorn.run`` itself lives in ``uvicorn.main``, which imports uvicorn's
     command line and reload supervisor (click, watchfiles: ~1.2 MB) that serving never
-    uses (issue 20, idle memory; :mod:`cosigner.lean_imports`)."""
+    uses (issue 20, idle memory; :mod:`cosigner.core.lean_imports`)."""
     from uvicorn.config import STARTUP_FAILURE
 
     try:
