@@ -34,10 +34,10 @@ from typing import Any
 
 import orjson
 import zstandard
-from sqlalchemy import LargeBinary
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
+from cosigner.db.driver_types import RawBlob
 from cosigner.db.zdict_v1 import DICTIONARY
 
 #: Format byte of values compressed with dictionary v1.
@@ -113,23 +113,10 @@ def bind_response(value: Any) -> bytes | None:
     return packed if packed is not None else compress(_json_bytes(value))
 
 
-class _Blob(LargeBinary):
-    """``bytea`` / BLOB with the driver's own values both ways: no ``bytes(value)`` on
-    read, so a pre-0017 TEXT value of SQLite reaches :func:`decompress` as ``str``."""
-
-    cache_ok = True
-
-    def bind_processor(self, dialect: Dialect) -> None:
-        return None
-
-    def result_processor(self, dialect: Dialect, coltype: object) -> None:
-        return None
-
-
 class CompressedText(TypeDecorator[str]):
     """A text column (an event's canonical body) stored compressed; reads give ``str``."""
 
-    impl = _Blob
+    impl = RawBlob
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
@@ -144,7 +131,7 @@ class CompressedText(TypeDecorator[str]):
 class CompressedJSON(TypeDecorator[Any]):
     """A JSON column stored compressed (compact JSON inside); reads give the value."""
 
-    impl = _Blob
+    impl = RawBlob
     cache_ok = True
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> bytes | None:

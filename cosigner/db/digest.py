@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import LargeBinary
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
+
+from cosigner.db.driver_types import RawBlob
 
 PREFIX = "sha256:"
 
@@ -54,23 +55,10 @@ def unpack(stored: bytes | bytearray | memoryview | str) -> str:
     return data.decode()  # text stored as bytes before the conversion
 
 
-class _Raw(LargeBinary):
-    """BLOB / ``bytea`` with the driver's values both ways (a TEXT value reaches
-    :func:`unpack` as ``str``)."""
-
-    cache_ok = True
-
-    def bind_processor(self, dialect: Dialect) -> None:
-        return None
-
-    def result_processor(self, dialect: Dialect, coltype: object) -> None:
-        return None
-
-
 class Sha256Digest(TypeDecorator[str]):
     """A hash text column stored as the digest's bytes; reads give ``str``."""
 
-    impl = _Raw
+    impl = RawBlob
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:

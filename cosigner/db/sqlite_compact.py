@@ -26,10 +26,12 @@ from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, LargeBinary, String
+from sqlalchemy import DateTime, String
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from cosigner.db.driver_types import RawBlob, RawInteger
 
 _EPOCH = datetime(1970, 1, 1)
 _SQLITE = sqlite.dialect()
@@ -125,37 +127,13 @@ def instant(stored: int | str) -> datetime:
     return _EPOCH + timedelta(microseconds=stored)
 
 
-class _Raw(LargeBinary):
-    """BLOB with the driver's values both ways (a TEXT value reaches the reader as ``str``)."""
-
-    cache_ok = True
-
-    def bind_processor(self, dialect: Dialect) -> None:
-        return None
-
-    def result_processor(self, dialect: Dialect, coltype: object) -> None:
-        return None
-
-
-class _Int(BigInteger):
-    """INTEGER with the driver's values both ways (a TEXT value reaches the reader as ``str``)."""
-
-    cache_ok = True
-
-    def bind_processor(self, dialect: Dialect) -> None:
-        return None
-
-    def result_processor(self, dialect: Dialect, coltype: object) -> None:
-        return None
-
-
 class _Compact(TypeDecorator[Any]):
     """Stored compactly on SQLite (``sqlite_impl``), as ``impl`` elsewhere."""
 
     cache_ok = True
     _bind: Callable[[Any], Any]
     _read: Callable[[Any], Any]
-    _sqlite_impl: type[TypeEngine[Any]] = _Raw
+    _sqlite_impl: type[TypeEngine[Any]] = RawBlob
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name == "sqlite":
@@ -209,6 +187,6 @@ class Instant(_Compact):
 
     impl = DateTime(timezone=True)
     cache_ok = True
-    _sqlite_impl = _Int
+    _sqlite_impl = RawInteger
     _bind = staticmethod(micros)
     _read = staticmethod(instant)
