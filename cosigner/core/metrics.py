@@ -51,7 +51,7 @@ class _Children:
     The metric itself is made by :meth:`Metrics.build` (prometheus-client imported then);
     until then :meth:`__getitem__` hands out :class:`_Deferred` children."""
 
-    def __init__(self, owner: Metrics, make: Callable[[CollectorRegistry], Any],
+    def __init__(self, owner: Metrics, make: Callable[[Any, CollectorRegistry], Any],
                  known: Iterable[tuple[str, ...]] = ()) -> None:
         self._owner = owner
         self._make = make
@@ -59,8 +59,8 @@ class _Children:
         self._metric: Any = None
         self._children: dict[tuple[str, ...], Any] = {}
 
-    def _bind(self, registry: CollectorRegistry) -> None:
-        self._metric = self._make(registry)
+    def _bind(self, prometheus: Any, registry: CollectorRegistry) -> None:
+        self._metric = self._make(prometheus, registry)
         self._children.update((key, self._metric.labels(*key)) for key in self._known)
 
     def __getitem__(self, key: tuple[str, ...]) -> Any:
@@ -114,46 +114,46 @@ class Metrics:
         self._lock = threading.Lock()
         self._all: list[_Children] = []
         pairs = [(e, g) for e in EFFECTS for g in ENGINES]
-        self.decision_seconds = self._children(lambda h, c, r: h(
+        self.decision_seconds = self._children(lambda p, r: p.Histogram(
             "cosigner_decision_duration_seconds",
             "Time to decide and durably record one decision, by effect and engine.",
             ["effect", "engine"], buckets=_LATENCY_BUCKETS, registry=r), pairs)
-        self.decisions = self._children(lambda h, c, r: c(
+        self.decisions = self._children(lambda p, r: p.Counter(
             "cosigner_decisions", "Decisions by effect, first reason code and site mode "
             "(``on``, or ``shadow``: asked and recorded, never enforced).",
             ["effect", "reason", "mode"], registry=r))
-        self.policy_seconds = self._children(lambda h, c, r: h(
+        self.policy_seconds = self._children(lambda p, r: p.Histogram(
             "cosigner_policy_evaluation_duration_seconds",
             "Time the active bundle took to evaluate one input, by bundle id.",
             ["bundle"], buckets=_LATENCY_BUCKETS, registry=r))
-        self.redeems = self._children(lambda h, c, r: c(
+        self.redeems = self._children(lambda p, r: p.Counter(
             "cosigner_redeems", "Permit redeems: outcome redeemed, or the refusal code.",
             ["outcome"], registry=r), [("redeemed",)])
-        self.approval_seconds = self._children(lambda h, c, r: h(
+        self.approval_seconds = self._children(lambda p, r: p.Histogram(
             "cosigner_approval_decision_seconds",
             "Time from an approval request opened to its terminal state, by outcome.",
             ["outcome"], buckets=_APPROVAL_BUCKETS, registry=r),
             [(o,) for o in APPROVAL_OUTCOMES])
-        self.log_write_failures = self._children(lambda h, c, r: c(
+        self.log_write_failures = self._children(lambda p, r: p.Counter(
             "cosigner_decision_log_write_failures",
             "Writes (decisions, redeems, refusals) whose group-commit batch failed: "
             "each was answered 503 / deny, never acknowledged.",
             ["writer"], registry=r), [(w,) for w in WRITERS])
-        self.batch_size = self._children(lambda h, c, r: h(
+        self.batch_size = self._children(lambda p, r: p.Histogram(
             "cosigner_group_commit_batch_size", "Writes per group-commit transaction.",
             ["writer"], buckets=_BATCH_BUCKETS, registry=r), [(w,) for w in WRITERS])
-        self.batch_wait = self._children(lambda h, c, r: h(
+        self.batch_wait = self._children(lambda p, r: p.Histogram(
             "cosigner_group_commit_wait_seconds",
             "Time from the first write of a batch being queued to its COMMIT.",
             ["writer"], buckets=_LATENCY_BUCKETS, registry=r), [(w,) for w in WRITERS])
-        self.webhooks = self._children(lambda h, c, r: c(
+        self.webhooks = self._children(lambda p, r: p.Counter(
             "cosigner_webhook_deliveries", "Webhook delivery attempts by result.",
             ["status"], registry=r), [(s,) for s in WEBHOOK_STATUSES])
 
-    def _children(self, make: Callable[[Any, Any, CollectorRegistry], Any],
+    def _children(self, make: Callable[[Any, CollectorRegistry], Any],
                   known: Iterable[tuple[str, ...]] = ()) -> _Children:
-        children = _Children(self, lambda registry: make(_histogram(), _counter(), registry),
-                             known)
+        """``make(prometheus_client, registry)`` builds the metric at :meth:`build`."""
+        children = _Children(self, make, known)
         self._all.append(children)
         return children
 
@@ -164,11 +164,11 @@ class Metrics:
         with self._lock:
             if self._built:
                 return
-            from prometheus_client import CollectorRegistry
+            import prometheus_client
 
-            registry = self._registry or CollectorRegistry(auto_describe=True)
+            registry = self._registry or prometheus_client.CollectorRegistry(auto_describe=True)
             for children in self._all:
-                children._bind(registry)
+                children._bind(prometheus_client, registry)
             self._registry = registry
             self._built = True
 
@@ -186,18 +186,6 @@ class Metrics:
         self.decisions[(effect, reason, "shadow" if mode == "shadow" else "on")].inc()
         if bundle is not None and policy_seconds is not None:
             self.policy_seconds[(bundle,)].observe(policy_seconds)
-
-
-def _histogram() -> Any:
-    from prometheus_client import Histogram
-
-    return Histogram
-
-
-def _counter() -> Any:
-    from prometheus_client import Counter
-
-    return Counter
 
 
 @functools.cache
