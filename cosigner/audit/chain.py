@@ -21,9 +21,9 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cosigner.audit.events import SCHEMA_VERSION, Event, stored_body
+from cosigner.audit.events import SCHEMA_VERSION, Event, stored_bytes
 from cosigner.core.canonical import canonicalize, hash_bytes
-from cosigner.db import raw_pg
+from cosigner.db import event_row, raw_pg
 from cosigner.db.database import dialect_insert
 from cosigner.db.raw_insert import (
     insert_many,
@@ -35,7 +35,7 @@ from cosigner.db.raw_insert import (
 from cosigner.db.tables import audit_events, audit_heads
 
 __all__ = ["GENESIS", "SCHEMA_VERSION", "Event", "append", "append_pg", "append_raw",
-           "verify_bodies"]
+           "lock_head", "verify_bodies"]
 
 GENESIS = "sha256:" + "0" * 64
 
@@ -57,7 +57,7 @@ _MOVE_HEAD = audit_heads.update().where(audit_heads.c.tenant == bindparam("head_
     seq=bindparam("head_seq"), hash=bindparam("head_hash"))
 
 
-async def _lock_head(conn: AsyncConnection, tenant: str) -> tuple[int, str]:
+async def lock_head(conn: AsyncConnection, tenant: str) -> tuple[int, str]:
     """The tenant's chain head, locked for this transaction (PostgreSQL: ``FOR UPDATE``;
     SQLite: the write transaction holds the database). Created at genesis the first time.
     Statements are built once, values bound per call."""
@@ -71,19 +71,22 @@ async def _lock_head(conn: AsyncConnection, tenant: str) -> tuple[int, str]:
 
 
 async def append(conn: AsyncConnection, tenant: str, events: list[Event],
-                 *, now: datetime) -> list[dict[str, Any]]:
+                 *, now: datetime, first_alone: bool = False) -> list[dict[str, Any]]:
     """Append ``events`` in order to ``tenant``'s chain inside the open transaction.
 
     Returns the stored bodies (each with ``seq`` and ``prev_hash``) plus their ``hash``.
     Database errors propagate to ``Database.transaction`` (→ 503). On a file SQLite
     database the head is read and moved, and the events inserted, on the transaction's
     own ``sqlite3`` connection (the same statements, without SQLAlchemy's execute).
+    ``first_alone``: the head's row is gone (:mod:`cosigner.audit.prune` deleted it), so
+    the first event keeps its ``prev_hash`` in its own row.
     """
     raw = await raw_sqlite(conn)
     if raw is not None:
-        return append_raw(raw, conn.dialect, tenant, events, now=now)
-    seq, prev = await _lock_head(conn, tenant)
-    stored, rows = _chain(tenant, events, seq, prev, now)
+        return append_raw(raw, conn.dialect, tenant, events, now=now,
+                          first_alone=first_alone)
+    seq, prev = await lock_head(conn, tenant)
+    stored, rows = _chain(tenant, events, seq, prev, now, first_alone=first_alone)
     if stored:
         seq, prev = stored[-1]["seq"], stored[-1]["hash"]
     await insert_many(conn, audit_events, rows)  # the raw driver's executemany
@@ -92,7 +95,7 @@ async def append(conn: AsyncConnection, tenant: str, events: list[Event],
 
 
 def append_raw(raw: sqlite3.Connection, dialect: Dialect, tenant: str, events: list[Event],
-               *, now: datetime) -> list[dict[str, Any]]:
+               *, now: datetime, first_alone: bool = False) -> list[dict[str, Any]]:
     """:func:`append` on a SQLite write transaction's own ``sqlite3`` connection (the same
     statements: the head read, created at genesis, the events' rows, the head moved)."""
     head = sqlite_query(raw, _RAW_HEAD, (tenant,))
@@ -100,7 +103,7 @@ def append_raw(raw: sqlite3.Connection, dialect: Dialect, tenant: str, events: l
         sqlite_query(raw, _RAW_NEW_HEAD, (tenant, GENESIS))
         head = sqlite_query(raw, _RAW_HEAD, (tenant,))
     seq, prev = int(head[0][0]), str(head[0][1])
-    stored, rows = _chain(tenant, events, seq, prev, now)
+    stored, rows = _chain(tenant, events, seq, prev, now, first_alone=first_alone)
     if stored:
         seq, prev = stored[-1]["seq"], stored[-1]["hash"]
         sqlite_many(raw, *sqlite_rows(dialect, audit_events, rows))
@@ -127,17 +130,22 @@ _RAW_NEW_HEAD = ("INSERT INTO audit_heads (tenant, seq, hash) VALUES (?, 0, ?) "
 _RAW_MOVE_HEAD = "UPDATE audit_heads SET seq = ?, hash = ? WHERE tenant = ?"
 
 
-def _chain(tenant: str, events: list[Event], seq: int, prev: str, now: datetime
+def _chain(tenant: str, events: list[Event], seq: int, prev: str, now: datetime,
+           *, first_alone: bool = False
            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The stored bodies (with their hash) and the ``audit_events`` rows of ``events``
-    chained after ``(seq, prev)``."""
+    chained after ``(seq, prev)``. ``first_alone``: the row ``seq`` is not there to read
+    the first event's ``prev_hash`` from (an event a prune appends)."""
     stored: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
+    texts: list[bytes] = []
+    prevs: list[str] = []
+    before_first = seq > 0 and not first_alone
     for event in events:
         seq += 1
         at = event.time or now
-        body, text, digest = stored_body(event, tenant=tenant, seq=seq, time=at,
-                                         prev_hash=prev)
+        body, text, digest = stored_bytes(event, tenant=tenant, seq=seq, time=at,
+                                          prev_hash=prev)
         policy = event.policy or {}
         rows.append({
             "tenant": tenant, "seq": seq, "type": event.type, "time": at,
@@ -145,12 +153,41 @@ def _chain(tenant: str, events: list[Event], seq: int, prev: str, now: datetime
             "permit_jti": event.permit_jti, "run_id": event.run_id, "tool": event.tool,
             "effect": event.effect, "principal": event.principal,
             "policy_id": policy.get("id"), "policy_version": policy.get("version"),
-            "mode": event.mode, "body": text, "hash": digest,
+            "mode": event.mode, "body": None, "hash": digest,
         })
+        texts.append(text)
+        prevs.append(prev)
         body["hash"] = digest
         stored.append(body)
         prev = digest
+    _pack(events, rows, texts, prevs, before_first)
     return stored, rows
+
+
+def _pack(events: list[Event], rows: list[dict[str, Any]], texts: list[bytes],
+          prevs: list[str], before_first: bool) -> None:
+    """Each row's stored ``body`` (:mod:`cosigner.db.event_row`): two consecutive events
+    of one decision (or approval) share one frame, the second's row pointing at the
+    first's; ``prev_hash`` is left to the row before, but for the first event when that
+    row is not there (``before_first`` false)."""
+    i, n = 0, len(events)
+    while i < n:
+        before = prevs[i] if i > 0 or before_first else None
+        if i + 1 < n and _one_subject(events[i], events[i + 1]):
+            pair = event_row.pack_pair(texts[i], before, texts[i + 1], prevs[i + 1])
+            if pair is not None:
+                rows[i]["body"], rows[i + 1]["body"] = pair
+                i += 2
+                continue
+        rows[i]["body"] = event_row.pack_single(texts[i], before)
+        i += 1
+
+
+def _one_subject(first: Event, second: Event) -> bool:
+    """True for two events of one decision, or of one approval request."""
+    if first.decision_id is not None:
+        return first.decision_id == second.decision_id
+    return first.approval_id is not None and first.approval_id == second.approval_id
 
 
 def verify_bodies(bodies: list[tuple[str, str]], *, start_prev: str = GENESIS,

@@ -122,13 +122,22 @@ def stored_body(event: Event, *, tenant: str, seq: int, time: datetime, prev_has
     Raises:
         InvalidJSON: the body has no RFC 8785 form (as :func:`hash_body`).
     """
+    body, canonical, digest = stored_bytes(event, tenant=tenant, seq=seq, time=time,
+                                           prev_hash=prev_hash)
+    return body, canonical.decode(), digest
+
+
+def stored_bytes(event: Event, *, tenant: str, seq: int, time: datetime, prev_hash: str
+                 ) -> tuple[dict[str, Any], bytes, str]:
+    """:func:`stored_body` with the canonical text as its UTF-8 bytes (what the chain
+    stores and hashes)."""
     fast = _fast_body(event, tenant, seq, time, prev_hash)
     if fast is not None:
         body, canonical = fast
-        return body, canonical.decode(), hash_bytes(canonical)
+        return body, canonical, hash_bytes(canonical)
     body = event_body(event, tenant=tenant, seq=seq, time=time, prev_hash=prev_hash)
-    text, digest = hash_body(body)
-    return body, text, digest
+    canonical = canonicalize(body)
+    return body, canonical, hash_bytes(canonical)
 
 
 #: orjson options of the fast road: sorted keys (RFC 8785 order for BMP keys), and the

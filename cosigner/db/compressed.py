@@ -54,6 +54,14 @@ _COMPRESSOR = zstandard.ZstdCompressor(level=_LEVEL, dict_data=_DICT, write_chec
                                        write_content_size=True, write_dict_id=False)
 _DECOMPRESSOR = zstandard.ZstdDecompressor(dict_data=_DICT)
 _PREFIX = bytes([V1])
+#: The same frames without zstd's 4-byte magic number (the format byte says what
+#: follows): forms 4 and 6 of :mod:`cosigner.db.event_row`.
+_BARE_COMPRESSOR = zstandard.ZstdCompressor(
+    dict_data=_DICT, compression_params=zstandard.ZstdCompressionParameters.from_level(
+        _LEVEL, format=zstandard.FORMAT_ZSTD1_MAGICLESS, write_checksum=False,
+        write_content_size=True, write_dict_id=False))
+_BARE_DECOMPRESSOR = zstandard.ZstdDecompressor(
+    dict_data=_DICT, format=zstandard.FORMAT_ZSTD1_MAGICLESS)
 
 
 def compress(data: bytes) -> bytes:
@@ -79,6 +87,19 @@ def decompress(stored: bytes | bytearray | memoryview | str) -> bytes:
     if data[0] != V1:
         raise ValueError(f"unknown compressed column format {data[0]}")
     return _unzstd(data)
+
+
+def compress_bare(data: bytes) -> bytes:
+    """``data`` as a dictionary v1 zstd frame without its magic number."""
+    return _BARE_COMPRESSOR.compress(data)
+
+
+def decompress_bare(frame: bytes) -> bytes:
+    """:func:`compress_bare` undone. Raises ValueError for a damaged frame."""
+    try:
+        return _BARE_DECOMPRESSOR.decompress(frame)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"damaged compressed column: {exc}") from exc
 
 
 def _unzstd(data: bytes) -> bytes:

@@ -23,8 +23,9 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from cosigner.db.compressed import CompressedText, ResponseJSON
+from cosigner.db.compressed import ResponseJSON
 from cosigner.db.digest import Sha256Digest
+from cosigner.db.event_row import EventBody
 from cosigner.db.sqlite_compact import HexId, Instant, UuidText
 
 metadata = MetaData()
@@ -124,9 +125,10 @@ audit_events = Table(
     Column("policy_id", String(128), nullable=True),
     Column("policy_version", String(64), nullable=True),
     Column("mode", String(16), nullable=True),  # "shadow" for shadow decisions (0011)
-    # RFC 8785 canonical JSON of the event, zstd-compressed in storage (0017): reads give
-    # the exact text that was hashed.
-    Column("body", CompressedText, nullable=False),
+    # RFC 8785 canonical JSON of the event, zstd-compressed in storage (0017), its
+    # prev_hash left to the row before and two events of one decision in one frame
+    # (cosigner.db.event_row; 0023): reads give the exact text that was hashed.
+    Column("body", EventBody, nullable=False),
     # "sha256:<hex>" stored as its 32 bytes (cosigner.db.digest; 0020_s5store_facts_once).
     Column("hash", Sha256Digest, nullable=False),
     UniqueConstraint("tenant", "seq", name="uq_audit_events_tenant_seq"),

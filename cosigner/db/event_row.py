@@ -1,0 +1,248 @@
+"""``audit_events.body`` stored as a difference from the rows before it (issue 20).
+
+An event's canonical text holds ``prev_hash``: the ``hash`` column of the row just before
+it (``tenant``, ``seq - 1``), 64 random hex digits that no dictionary compresses. And
+the events of one decision (``decision.made`` then ``permit.minted``) repeat each other's
+args hash, policy revision, decision id, run and actor. Stored forms (the format byte
+after :mod:`cosigner.db.compressed`'s 1, 2 and 3):
+
+* ``4`` (pair head) ``+ zstd frame`` of two texts, this row's and the next row's
+  (separated by one ``0x1B`` byte), each with its ``prev_hash`` text replaced by one
+  ``0x1A`` byte: the first stands for the hash of the row before this one, the second
+  for this row's own hash (the next row's ``prev_hash``);
+* ``5`` (pair tail), exactly one byte: the text is the second one of the frame in the
+  row before;
+* ``6`` (single) ``+ zstd frame`` of this row's text, ``prev_hash`` replaced likewise.
+
+Frames are dictionary v1 frames without zstd's magic number
+(:func:`cosigner.db.compressed.compress_bare`). Exactness: a text holding a ``0x1A`` or
+``0x1B`` byte (never canonical JSON, which escapes control characters) is not stored
+this way, nor a ``prev_hash`` that is not ``sha256:`` and 64
+lower-case hex digits (the 32 bytes :class:`~cosigner.db.digest.Sha256Digest` stores,
+read back as exactly that text). Replacing every occurrence of one text by a byte that
+neither it nor the text holds, and back, gives the text again
+(tests/db/test_event_row.py, hypothesis). A first event whose predecessor may not be
+there (``seq`` 1, an event appended by a prune) keeps its ``prev_hash`` in the frame.
+
+Reading: :class:`EventBody` adds to the column, wherever it is selected, the hash of the
+row before (and for a tail that row's stored body) through one correlated subquery on the
+``(tenant, seq)`` key (:class:`EventRead`), and its result processor gives the exact
+text that was hashed. So every reader (``select(audit_events.c.body)`` anywhere) reads
+the same text as before; a form 4–6 value reached any other way (raw SQL) is refused
+rather than misread. Retention (:mod:`cosigner.audit.prune`) rewrites the first kept rows
+so that none depends on a deleted one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.visitors import InternalTraversal
+from sqlalchemy.types import TypeDecorator
+
+from cosigner.db import compressed, digest
+from cosigner.db.driver_types import RawBlob
+
+#: Format bytes (module docstring).
+V4_PAIR = 4
+V5_TAIL = 5
+V6_SINGLE = 6
+TAIL = bytes([V5_TAIL])
+#: Stands for the ``prev_hash`` text inside a frame.
+MARK = b"\x1a"
+#: Between the two texts of a pair.
+SEPARATOR = b"\x1b"
+#: Leading bytes of what :class:`EventRead` selects for forms 4/6 and 5 (never a stored
+#: form's first byte: those are 1..6, or a JSON text's first character).
+_READ_OWN, _READ_TAIL = 0x1F, 0x1E
+_PREFIX = "sha256:"
+
+
+def _prev_ok(prev: str | None) -> bool:
+    """True when ``prev`` is a hash the previous row's ``hash`` column holds as 32 bytes
+    (so ``"sha256:" + hex`` of those bytes is exactly ``prev``)."""
+    return prev is not None and len(digest.pack(prev)) == 32
+
+
+def _marked(text: bytes, prev: str | None) -> bytes:
+    return text if prev is None else text.replace(prev.encode("ascii"), MARK)
+
+
+def pack_single(text: bytes, prev: str | None) -> bytes:
+    """The stored form of a lone event's canonical ``text``: form 6 with ``prev``
+    (its ``prev_hash``, the hash of the row before) left out, or form 1 when ``prev`` is
+    ``None`` (no row before to read it from) or either cannot be stored exactly."""
+    if prev is None or MARK in text or not _prev_ok(prev):
+        return compressed.compress(text)
+    return bytes([V6_SINGLE]) + compressed.compress_bare(_marked(text, prev))
+
+
+def pack_pair(first: bytes, first_prev: str | None, second: bytes, second_prev: str
+              ) -> tuple[bytes, bytes] | None:
+    """``(head, tail)``: the stored forms of two consecutive events' texts, the first's
+    row holding both (form 4), the second's form 5. ``second_prev`` must be the first
+    event's hash; ``first_prev`` (the hash of the row before) is left out unless
+    ``None``. ``None`` when the pair cannot be stored exactly (then store each alone)."""
+    if (MARK in first or MARK in second or SEPARATOR in first or SEPARATOR in second
+            or not _prev_ok(second_prev)
+            or (first_prev is not None and not _prev_ok(first_prev))):
+        return None
+    frame = compressed.compress_bare(
+        _marked(first, first_prev) + SEPARATOR + _marked(second, second_prev))
+    return bytes([V4_PAIR]) + frame, TAIL
+
+
+def _restore(part: bytes, prev: bytes | None) -> bytes:
+    if MARK not in part:
+        return part
+    if prev is None:
+        raise ValueError("an audit event refers to the hash of the event before it, "
+                         "which is not in the log (rows deleted outside cosigner audit "
+                         "prune?)")
+    return part.replace(MARK, prev)
+
+
+def _parts(stored: bytes) -> tuple[bytes, bytes]:
+    """The two texts (marked) of a form 4 value."""
+    first, found, second = compressed.decompress_bare(stored[1:]).partition(SEPARATOR)
+    if not found:
+        raise ValueError("damaged audit event pair")
+    return first, second
+
+
+def _prev_text(raw: bytes) -> bytes:
+    return _PREFIX.encode() + raw.hex().encode()
+
+
+def text_of(value: bytes | bytearray | memoryview | str) -> str:
+    """The canonical text of an event as :class:`EventRead` selects it.
+
+    Raises:
+        ValueError: a form 4–6 value read without :class:`EventRead`, a damaged frame,
+            or an event whose predecessor (or, for a tail, its frame's row) is missing.
+    """
+    if isinstance(value, str):
+        return value  # TEXT written before 0017
+    data = bytes(value)
+    lead = data[0] if data else 0x20
+    if lead == _READ_OWN:
+        found = data[1:2] == b"\x01"
+        prev = _prev_text(data[2:34]) if found else None
+        own = data[34:] if found else data[2:]
+        if own[:1] == bytes([V6_SINGLE]):
+            return _restore(compressed.decompress_bare(own[1:]), prev).decode()
+        if own[:1] == bytes([V4_PAIR]):
+            return _restore(_parts(own)[0], prev).decode()
+        raise ValueError("damaged audit event read")
+    if lead == _READ_TAIL:
+        if data[1:2] != b"\x01" or data[34:35] != bytes([V4_PAIR]):
+            raise ValueError("an audit event's text is in the row before it, which is not "
+                             "in the log (rows deleted outside cosigner audit prune?)")
+        return _restore(_parts(data[34:])[1], _prev_text(data[2:34])).decode()
+    if lead in (V4_PAIR, V5_TAIL, V6_SINGLE):
+        raise ValueError("a stored audit event body read without the rows before it "
+                         "(select audit_events.body through SQLAlchemy: EventRead)")
+    return compressed.decompress(data).decode()
+
+
+def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | None,
+              prev_stored: bytes | bytearray | memoryview | str | None) -> str:
+    """The canonical text of a stored body given the row before it (its ``hash`` text
+    and stored ``body``; ``None`` when there is none): :func:`text_of` for a reader that
+    holds the rows in ``seq`` order (an export, a migration) instead of selecting them
+    through :class:`EventRead`."""
+    if isinstance(stored, str):
+        return stored
+    data = bytes(stored)
+    lead = data[0] if data else 0x20
+    if lead not in (V4_PAIR, V5_TAIL, V6_SINGLE):
+        return compressed.decompress(data).decode()
+    raw = digest.pack(prev_hash) if prev_hash is not None else b""
+    before = b"\x01" + raw if len(raw) == 32 else b"\x00"
+    if lead == V5_TAIL:
+        if data != TAIL:
+            raise ValueError("damaged audit event tail")
+        held = prev_stored.encode() if isinstance(prev_stored, str) else bytes(
+            prev_stored or b"")
+        return text_of(bytes([_READ_TAIL]) + before + held)
+    return text_of(bytes([_READ_OWN]) + before + data)
+
+
+class EventRead(ColumnElement[str]):
+    """``audit_events.body`` as selected: for forms 4–6, with the row before it (see the
+    module docstring); rendered per dialect below."""
+
+    __visit_name__ = "event_read"
+    inherit_cache = True
+    _traverse_internals = [("body", InternalTraversal.dp_clauseelement),
+                           ("tenant", InternalTraversal.dp_clauseelement),
+                           ("seq", InternalTraversal.dp_clauseelement)]
+
+    def __init__(self, body: Any, tenant: Any, seq: Any, type_: Any) -> None:
+        self.body, self.tenant, self.seq, self.type = body, tenant, seq, type_
+
+    @property
+    def _from_objects(self) -> list[Any]:
+        return list(self.body._from_objects)
+
+
+#: ``(blob literal, concatenation wrapper)`` per dialect.
+_SQLITE = ("x'{}'", "CAST({} AS BLOB)")
+_POSTGRESQL = ("'\\x{}'::bytea", "{}")
+
+
+def _render(element: EventRead, compiler: SQLCompiler, blob: str, wrap: str,
+            **kw: Any) -> str:
+    inner = {k: v for k, v in kw.items()
+             if k not in ("add_to_result_map", "within_columns_clause",
+                          "within_label_clause", "render_label_as_label")}
+    body = compiler.process(element.body, **inner)
+    tenant = compiler.process(element.tenant, **inner)
+    seq = compiler.process(element.seq, **inner)
+
+    def lit(byte: int) -> str:
+        return blob.format(f"{byte:02x}")
+
+    def before(what: str) -> str:
+        return (f"coalesce((SELECT {lit(1)} || {what} FROM audit_events AS event_before "
+                f"WHERE event_before.tenant = {tenant} AND event_before.seq = {seq} - 1 "
+                f"AND length(event_before.hash) = 32), {lit(0)})")
+
+    own = wrap.format(f"{lit(_READ_OWN)} || {before('event_before.hash')} || {body}")
+    tail = wrap.format(
+        f"{lit(_READ_TAIL)} || {before('event_before.hash || event_before.body')}")
+    return (f"CASE WHEN substr({body}, 1, 1) IN ({lit(V4_PAIR)}, {lit(V6_SINGLE)}) "
+            f"THEN {own} WHEN {body} = {lit(V5_TAIL)} THEN {tail} ELSE {body} END")
+
+
+@compiles(EventRead)
+def _render_default(element: EventRead, compiler: SQLCompiler, **kw: Any) -> str:
+    return _render(element, compiler, *_POSTGRESQL, **kw)
+
+
+@compiles(EventRead, "sqlite")
+def _render_sqlite(element: EventRead, compiler: SQLCompiler, **kw: Any) -> str:
+    return _render(element, compiler, *_SQLITE, **kw)
+
+
+class EventBody(TypeDecorator[str]):
+    """``audit_events.body``: written as the stored bytes the chain packed
+    (:func:`pack_single`, :func:`pack_pair`; no bind processing), read as the event's
+    canonical text through :class:`EventRead`."""
+
+    impl = RawBlob
+    cache_ok = True
+
+    def column_expression(self, colexpr: Any) -> Any:
+        table = getattr(colexpr, "table", None)
+        columns = getattr(table, "c", None)
+        if columns is None or "tenant" not in columns or "seq" not in columns:
+            return colexpr  # not the table's own column: forms 4-6 are then refused
+        return EventRead(colexpr, columns.tenant, columns.seq, self)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else text_of(value)
