@@ -229,13 +229,24 @@ def _render_sqlite(element: EventRead, compiler: SQLCompiler, **kw: Any) -> str:
     return _render(element, compiler, *_SQLITE, **kw)
 
 
+def bind(value: bytes | str | None) -> bytes | None:
+    """What :class:`EventBody` stores for ``value``: a stored form as it is (what the
+    chain packed), a text in form 1."""
+    if isinstance(value, str):
+        return compressed.compress(value.encode())
+    return value
+
+
 class EventBody(TypeDecorator[str]):
     """``audit_events.body``: written as the stored bytes the chain packed
-    (:func:`pack_single`, :func:`pack_pair`; no bind processing), read as the event's
-    canonical text through :class:`EventRead`."""
+    (:func:`pack_single`, :func:`pack_pair`; a ``str`` is stored in form 1), read as the
+    event's canonical text through :class:`EventRead`."""
 
     impl = RawBlob
     cache_ok = True
+
+    def process_bind_param(self, value: bytes | str | None, dialect: Dialect) -> bytes | None:
+        return bind(value)
 
     def column_expression(self, colexpr: Any) -> Any:
         table = getattr(colexpr, "table", None)
