@@ -28,15 +28,17 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, type_coerce
 
 from cosigner.audit.chain import GENESIS
 from cosigner.audit.checkpoints import checkpoint_now, row_to_checkpoint
 from cosigner.audit.query import utc
 from cosigner.core.clock import isoformat
+from cosigner.db import event_row
 from cosigner.db.database import Database
+from cosigner.db.driver_types import RawBlob
 from cosigner.db.tables import audit_events
 from cosigner.db.tables_audit import audit_checkpoints
 from cosigner.keys.keyring import Keyring
@@ -113,23 +115,37 @@ async def plan_export(db: Database, keyring: Keyring, *, tenant: str,
                        str(json.loads(body)["prev_hash"]))
 
 
+class _Event(NamedTuple):
+    seq: int
+    body: str
+    hash: str
+
+
 async def _batches(db: Database, rng: ExportRange, batch: int
-                   ) -> AsyncIterator[tuple[Sequence[Any], dict[int, Any]]]:
-    """``(event rows, checkpoints by seq)`` in ``seq`` order, ``batch`` events at a time."""
+                   ) -> AsyncIterator[tuple[Sequence[_Event], dict[int, Any]]]:
+    """``(events, checkpoints by seq)`` in ``seq`` order, ``batch`` events at a time.
+
+    The stored bodies are read with the row before the batch and resolved in order
+    (:func:`cosigner.db.event_row.texts_in_order`): the same texts as selecting
+    ``audit_events.body``, without a lookup of the row before for each row."""
     ev, cp = audit_events.c, audit_checkpoints.c
     after = rng.first_seq - 1
     while after < rng.last_seq:
         async with db.read(bulk=True) as conn:
             rows = (await conn.execute(
-                select(ev.seq, ev.body, ev.hash)
-                .where(ev.tenant == rng.tenant, ev.seq > after, ev.seq <= rng.last_seq)
-                .order_by(ev.seq).limit(batch))).all()
-            if not rows:
+                select(ev.seq, type_coerce(ev.body, RawBlob), ev.hash)
+                .where(ev.tenant == rng.tenant, ev.seq >= after, ev.seq <= rng.last_seq)
+                .order_by(ev.seq).limit(batch + 1))).all()
+            skip = 1 if rows and int(rows[0][0]) == after else 0
+            if len(rows) <= skip:
                 return
-            top = int(rows[-1].seq)
+            top = int(rows[-1][0])
             cps = (await conn.execute(select(audit_checkpoints).where(
                 cp.tenant == rng.tenant, cp.seq > after, cp.seq <= top))).all()
-        yield rows, {int(c.seq): c for c in cps}
+        texts = event_row.texts_in_order(
+            [(int(seq), stored, digest) for seq, stored, digest in rows], skip=skip)
+        yield ([_Event(int(row[0]), body, row[2]) for row, body in zip(
+            rows[skip:], texts, strict=True)], {int(c.seq): c for c in cps})
         after = top
 
 

@@ -35,6 +35,8 @@ so that none depends on a deleted one.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.engine import Dialect
@@ -44,7 +46,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import TypeDecorator
 
-from cosigner.db import compressed, digest
+from cosigner.db import compressed
 from cosigner.db.driver_types import RawBlob
 
 #: Format bytes (module docstring).
@@ -60,12 +62,16 @@ SEPARATOR = b"\x1b"
 #: form's first byte: those are 1..6, or a JSON text's first character).
 _READ_OWN, _READ_TAIL = 0x1F, 0x1E
 _PREFIX = "sha256:"
+_PREFIX_BYTES = _PREFIX.encode()
+#: A hash :class:`~cosigner.db.digest.Sha256Digest` stores as its 32 bytes (``sha256:``
+#: and 64 lower-case hex digits: read back as exactly this text).
+_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def _prev_ok(prev: str | None) -> bool:
     """True when ``prev`` is a hash the previous row's ``hash`` column holds as 32 bytes
     (so ``"sha256:" + hex`` of those bytes is exactly ``prev``)."""
-    return prev is not None and len(digest.pack(prev)) == 32
+    return prev is not None and _HASH.fullmatch(prev) is not None
 
 
 def _marked(text: bytes, prev: str | None) -> bytes:
@@ -107,15 +113,39 @@ def _restore(part: bytes, prev: bytes | None) -> bytes:
 
 
 def _parts(stored: bytes) -> tuple[bytes, bytes]:
-    """The two texts (marked) of a form 4 value."""
+    """The two texts (marked) of a form 4 value (the last one read is remembered: a
+    reader in ``seq`` order meets each frame twice, for its head and its tail)."""
+    global _last
+    seen = _last
+    if seen[0] == stored:
+        return seen[1]
     first, found, second = compressed.decompress_bare(stored[1:]).partition(SEPARATOR)
     if not found:
         raise ValueError("damaged audit event pair")
+    _last = (stored, (first, second))
     return first, second
 
 
-def _prev_text(raw: bytes) -> bytes:
-    return _PREFIX.encode() + raw.hex().encode()
+_last: tuple[bytes, tuple[bytes, bytes]] = (b"", (b"", b""))
+
+
+def _resolve(own: bytes, prev: bytes | None, prev_stored: bytes | None) -> str:
+    """The text of a form 4, 5 or 6 body ``own``, given the ``prev_hash`` text the row
+    before holds (``None``: no such row) and, for a tail, that row's stored body."""
+    lead = own[0]
+    if lead == V6_SINGLE:
+        return _restore(compressed.decompress_bare(own[1:]), prev).decode()
+    if lead == V4_PAIR:
+        return _restore(_parts(own)[0], prev).decode()
+    if own != TAIL:
+        raise ValueError("damaged audit event body")
+    if prev is None or prev_stored is None or prev_stored[:1] != bytes([V4_PAIR]):
+        raise ValueError("an audit event's text is in the row before it, which is not "
+                         "in the log (rows deleted outside cosigner audit prune?)")
+    return _restore(_parts(prev_stored)[1], prev).decode()
+
+
+_LEAN = (V4_PAIR, V5_TAIL, V6_SINGLE)
 
 
 def text_of(value: bytes | bytearray | memoryview | str) -> str:
@@ -129,24 +159,21 @@ def text_of(value: bytes | bytearray | memoryview | str) -> str:
         return value  # TEXT written before 0017
     data = bytes(value)
     lead = data[0] if data else 0x20
-    if lead == _READ_OWN:
+    if lead == _READ_OWN or lead == _READ_TAIL:
         found = data[1:2] == b"\x01"
-        prev = _prev_text(data[2:34]) if found else None
-        own = data[34:] if found else data[2:]
-        if own[:1] == bytes([V6_SINGLE]):
-            return _restore(compressed.decompress_bare(own[1:]), prev).decode()
-        if own[:1] == bytes([V4_PAIR]):
-            return _restore(_parts(own)[0], prev).decode()
-        raise ValueError("damaged audit event read")
-    if lead == _READ_TAIL:
-        if data[1:2] != b"\x01" or data[34:35] != bytes([V4_PAIR]):
-            raise ValueError("an audit event's text is in the row before it, which is not "
-                             "in the log (rows deleted outside cosigner audit prune?)")
-        return _restore(_parts(data[34:])[1], _prev_text(data[2:34])).decode()
-    if lead in (V4_PAIR, V5_TAIL, V6_SINGLE):
+        prev = _PREFIX_BYTES + data[2:34].hex().encode() if found else None
+        rest = data[34:] if found else data[2:]
+        if lead == _READ_OWN:
+            return _resolve(rest, prev, None) if rest[:1] else _damaged()
+        return _resolve(TAIL, prev, rest if found else None)
+    if lead in _LEAN:
         raise ValueError("a stored audit event body read without the rows before it "
                          "(select audit_events.body through SQLAlchemy: EventRead)")
     return compressed.decompress(data).decode()
+
+
+def _damaged() -> str:
+    raise ValueError("damaged audit event read")
 
 
 def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | None,
@@ -158,18 +185,30 @@ def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | Non
     if isinstance(stored, str):
         return stored
     data = bytes(stored)
-    lead = data[0] if data else 0x20
-    if lead not in (V4_PAIR, V5_TAIL, V6_SINGLE):
+    if not data or data[0] not in _LEAN:
         return compressed.decompress(data).decode()
-    raw = digest.pack(prev_hash) if prev_hash is not None else b""
-    before = b"\x01" + raw if len(raw) == 32 else b"\x00"
-    if lead == V5_TAIL:
-        if data != TAIL:
-            raise ValueError("damaged audit event tail")
-        held = prev_stored.encode() if isinstance(prev_stored, str) else bytes(
-            prev_stored or b"")
-        return text_of(bytes([_READ_TAIL]) + before + held)
-    return text_of(bytes([_READ_OWN]) + before + data)
+    # As EventRead: the row before counts only when its hash is stored as 32 bytes.
+    prev = prev_hash.encode() if prev_hash is not None and _HASH.fullmatch(
+        prev_hash) else None
+    held = prev_stored.encode() if isinstance(prev_stored, str) else (
+        None if prev_stored is None else bytes(prev_stored))
+    return _resolve(data, prev, held)
+
+
+def texts_in_order(rows: Sequence[tuple[int, Any, str]], *, skip: int = 0) -> list[str]:
+    """The texts of ``(seq, stored body, hash text)`` rows of one tenant in ``seq`` order,
+    each read with the row just before it when that row is among them (a reader of a
+    range, e.g. an export, selects the row before the range too and ``skip`` s it): what
+    :class:`EventRead` gives, without its subquery per row."""
+    out: list[str] = []
+    before: tuple[int, Any, str] | None = None
+    for i, row in enumerate(rows):
+        if i >= skip:
+            near = before is not None and before[0] == row[0] - 1
+            out.append(text_with(row[1], before[2] if near else None,  # type: ignore[index]
+                                 before[1] if near else None))  # type: ignore[index]
+        before = row
+    return out
 
 
 class EventRead(ColumnElement[str]):
