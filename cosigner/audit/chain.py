@@ -5,6 +5,10 @@ and ``hash = "sha256:" + hex(SHA-256(canonical body))``. The first event of a te
 links to :data:`GENESIS`. ``append`` runs inside the caller's transaction, so an event
 commits together with the state change it records, or not at all (invariant 2).
 
+Storage: each row's body leaves its ``prev_hash`` to the row before it, and two
+consecutive events of one decision (or approval request) share one compressed frame
+(:mod:`cosigner.db.event_row`); reads give back the exact text that was hashed.
+
 Concurrency: the tenant's head row is locked (SQLite: the write transaction already
 holds the database lock via BEGIN IMMEDIATE; PostgreSQL: ``SELECT ... FOR UPDATE``),
 so concurrent writers on several replicas still produce one linear chain.

@@ -22,6 +22,9 @@ it is, format 1). Values written
 before migration ``0017_lean_storage`` read back unchanged: on SQLite they are still TEXT
 (``str``); on PostgreSQL the migration turned them into ``bytea`` holding their UTF-8
 text, which starts with ``{`` or another JSON character, never with a format byte.
+Formats 4-6 (``audit_events.body`` against the rows before it) are
+:mod:`cosigner.db.event_row`'s, in frames without zstd's magic number
+(:func:`compress_bare`).
 """
 
 from __future__ import annotations
