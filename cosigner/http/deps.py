@@ -35,26 +35,30 @@ async def authenticate(request: Request) -> Caller:
     against its credential's and tenant's rate limits (:mod:`cosigner.identity.quotas`).
 
     Raises:
-        Unauthenticated: no or invalid credential (401).
+        Unauthenticated: no, several or invalid credentials (401).
         RateLimited: a limit of the credential or tenant is used up (429).
     """
+    values = request.headers.getlist("authorization")
     return await authenticate_header(
-        context(request), request.headers.get("authorization", ""),
+        context(request), (values[0] if values else "") if len(values) < 2 else None,
         getattr(request.state, CALLER_STATE, None),
         decision=request.method == "POST" and request.url.path == "/v1/decisions")
 
 
-async def authenticate_header(ctx: AppContext, header: str, admitted: Caller | None, *,
-                              decision: bool) -> Caller:
+async def authenticate_header(ctx: AppContext, header: str | None,
+                              admitted: Caller | None, *, decision: bool) -> Caller:
     """:func:`authenticate` on its parts (the lean hot routes, :mod:`cosigner.http.lean`,
-    call it without a Starlette ``Request``): the ``Authorization`` header's value, the
-    caller the rate-limit door already admitted and counted (or ``None``), and whether the
-    request is a decision (counted against the tenant's decision quota).
+    call it without a Starlette ``Request``): the ``Authorization`` header's value (``""``
+    without one, ``None`` when the request carries more than one), the caller the
+    rate-limit door already admitted and counted (or ``None``), and whether the request is
+    a decision (counted against the tenant's decision quota).
 
     Raises:
-        Unauthenticated: no or invalid credential (401).
+        Unauthenticated: no, several or invalid credentials (401).
         RateLimited: a limit of the credential or tenant is used up (429).
     """
+    if header is None:
+        raise several_credentials()
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthenticated("an API key is required (Authorization: Bearer ...)")
@@ -67,6 +71,13 @@ async def authenticate_header(ctx: AppContext, header: str, admitted: Caller | N
     logs.tenant.set(caller.tenant)
     await ctx.quotas.admit(caller, decision=decision)
     return caller
+
+
+def several_credentials() -> Unauthenticated:
+    """The refusal of a request carrying more than one ``Authorization`` header (401
+    ``unauthenticated``, as a malformed key): which one names the caller would be a
+    guess, and the rate-limit door and the routes must never read different ones."""
+    return Unauthenticated("more than one Authorization header")
 
 
 #: Route parameter type for the authenticated caller.

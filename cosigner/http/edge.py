@@ -10,7 +10,9 @@ The edge does, in one function, what the stack does for these requests —
 ``HotRoutes`` — without wrapping ``send`` at each layer: one scan of the headers, the
 door's authentication from the key cache and its counts (a 429 there carries no request
 id, as before), the request id (echoed last in the headers) and the log context, the
-lean route, one ``send`` for the start and one for the body, the access line, and the
+lean route (a request with more than one ``Authorization`` header is neither counted at
+the door nor authenticated: the route refuses it, 401 ``unauthenticated``), one ``send``
+for the start and one for the body, the access line, and the
 catch-all of anything raised outside the route (logged, a 500 ``internal_error`` when
 nothing was sent yet, raised on to the server). The answers, headers and log lines are
 the stack's (tests/http/test_edge.py sends the same requests through both).
@@ -54,12 +56,14 @@ class Edge:
         long-poll read ``poll`` = ``(approval_id, wait_s)``; ``ctx`` is the app context."""
         self.served += 1
         scope = self.proxies.apply(scope)
-        first_auth = last_auth = given = declared = None
+        auth = given = declared = None
+        several = False
         for name, value in scope["headers"]:
             if name == b"authorization":
-                last_auth = value
-                if first_auth is None:
-                    first_auth = value
+                if auth is None:
+                    auth = value
+                else:
+                    several = True
             elif name == b"content-length":
                 declared = value
             elif name == b"x-request-id" and given is None:
@@ -68,8 +72,8 @@ class Edge:
         try:
             path = scope["path"]
             try:
-                admitted = await door(ctx, first_auth, decision=poll is None
-                                      and path == "/v1/decisions")
+                admitted = await door(ctx, None if several else auth,
+                                      decision=poll is None and path == "/v1/decisions")
             except RateLimited as exc:
                 status = 429
                 await refuse(send, exc)
@@ -80,12 +84,13 @@ class Edge:
             started = time.perf_counter()
             try:
                 work: Awaitable[bytes]
+                header = None if several else auth or b""
                 if poll is None:
                     scope["route"] = lean.route_for(path)
-                    work = lean.post(ctx, path, last_auth or b"", admitted, receive, declared)
+                    work = lean.post(ctx, path, header, admitted, receive, declared)
                 else:
                     scope["route"] = lean.route_for(lean.APPROVAL_TEMPLATE)
-                    work = lean.read_approval(ctx, first_auth or b"", admitted, *poll)
+                    work = lean.read_approval(ctx, header, admitted, *poll)
                 answer = await lean.respond(work)
                 if answer is not None:
                     status, headers, body = answer

@@ -52,7 +52,7 @@ from cosigner.core.errors import CosignerError
 from cosigner.http import problems
 from cosigner.http.body import receive_body
 from cosigner.http.deps import authenticate_header
-from cosigner.http.ratelimit import CALLER_STATE
+from cosigner.http.ratelimit import CALLER_STATE, only_authorization
 from cosigner.http.routes import approvals as approvals_routes
 from cosigner.http.routes import decisions as decisions_routes
 from cosigner.http.routes import permits as permits_routes
@@ -140,8 +140,7 @@ class HotRoutes:
     def _read(self, scope: Scope, approval_id: str, wait_s: float) -> Awaitable[bytes]:
         scope["route"] = route_for(APPROVAL_TEMPLATE)
         ctx: AppContext = scope["app"].state.context
-        authorization = next((value for name, value in scope["headers"]
-                              if name == b"authorization"), b"")
+        authorization = only_authorization(scope["headers"])
         admitted = scope["state"].get(CALLER_STATE) if "state" in scope else None
         return read_approval(ctx, authorization, admitted, approval_id, wait_s)
 
@@ -151,39 +150,40 @@ class HotRoutes:
         if route is not None:
             scope["route"] = route
         ctx: AppContext = scope["app"].state.context
-        authorization = b""
         declared: bytes | None = None
         for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value
-            elif name == b"content-length":
+            if name == b"content-length":
                 declared = value
+        authorization = only_authorization(scope["headers"])
         admitted = scope["state"].get(CALLER_STATE) if "state" in scope else None
         return post(ctx, path, authorization, admitted, receive, declared)
 
 
-async def post(ctx: AppContext, path: str, authorization: bytes, admitted: Caller | None,
-               receive: Receive, declared: bytes | None) -> bytes:
+async def post(ctx: AppContext, path: str, authorization: bytes | None,
+               admitted: Caller | None, receive: Receive, declared: bytes | None) -> bytes:
     """The JSON answer of ``POST path`` (a key of :data:`HOT_ROUTES`): ``authorization``
-    is the request's (last) ``Authorization`` header value, ``admitted`` the caller the
+    is the request's ``Authorization`` header value (``b""``: none; ``None``: several,
+    refused 401 before the body is read), ``admitted`` the caller the
     rate-limit door admitted, ``declared`` its ``Content-Length``. Raises what the route
     raises (:func:`respond` turns it into the answer)."""
     handler, decision = HOT_ROUTES[path]
-    caller = await authenticate_header(ctx, authorization.decode("latin-1"), admitted,
-                                       decision=decision)
+    caller = await authenticate_header(
+        ctx, None if authorization is None else authorization.decode("latin-1"), admitted,
+        decision=decision)
     limit = ctx.settings.max_body_bytes
     return orjson.dumps(await handler(ctx, caller,
                                       lambda: receive_body(receive, declared, limit)))
 
 
-async def read_approval(ctx: AppContext, authorization: bytes, admitted: Caller | None,
-                        approval_id: str, wait_s: float) -> bytes:
-    """The JSON answer of the long-poll read (``authorization``: the first
-    ``Authorization`` header value), serialised through the route's response model by
+async def read_approval(ctx: AppContext, authorization: bytes | None,
+                        admitted: Caller | None, approval_id: str, wait_s: float) -> bytes:
+    """The JSON answer of the long-poll read (``authorization`` as for :func:`post`),
+    serialised through the route's response model by
     FastAPI's own ``serialize_response``, as the route would."""
     route = route_for(APPROVAL_TEMPLATE)
-    caller = await authenticate_header(ctx, authorization.decode("latin-1"), admitted,
-                                       decision=False)
+    caller = await authenticate_header(
+        ctx, None if authorization is None else authorization.decode("latin-1"), admitted,
+        decision=False)
     state = await approval_queries.get_state(ctx, caller, approval_id, wait_s=wait_s)
     return bytes(await serialize_response(
         field=route.response_field, response_content=state,

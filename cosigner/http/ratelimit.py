@@ -14,6 +14,7 @@ there) and counts it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -40,7 +41,8 @@ class RateLimit:
             return
         ctx = getattr(scope["app"].state, "context", None) if "app" in scope else None
         try:
-            caller = await door(ctx, _authorization(scope), decision=scope["method"] == "POST"
+            caller = await door(ctx, only_authorization(scope.get("headers", ())),
+                                decision=scope["method"] == "POST"
                                 and scope["path"] == "/v1/decisions")
         except RateLimited as exc:
             await refuse(send, exc)
@@ -52,11 +54,12 @@ class RateLimit:
 
 async def door(ctx: AppContext | None, authorization: bytes | None, *,
                decision: bool) -> Caller | None:
-    """The caller admitted at the door for a ``/v1/*`` request whose first
-    ``Authorization`` header is ``authorization`` (``None``: none): its bearer key found
-    in the key cache and counted (:meth:`Quotas.admit`; with ``decision``, against the
-    decision quota too). ``None`` (nothing counted) without a context, a bearer key or a
-    cached key: the route authenticates and counts.
+    """The caller admitted at the door for a ``/v1/*`` request whose ``Authorization``
+    header is ``authorization`` (as :func:`only_authorization` gives it: ``b""`` without
+    one, ``None`` with several): its bearer key found in the key cache and counted
+    (:meth:`Quotas.admit`; with ``decision``, against the decision quota too). ``None``
+    (nothing counted) without a context, a bearer key or a cached key, or with several
+    headers: the route authenticates and counts, or refuses (401).
 
     Raises:
         RateLimited: a limit is used up (answer it with :func:`refuse`).
@@ -73,11 +76,19 @@ async def door(ctx: AppContext | None, authorization: bytes | None, *,
     return caller
 
 
-def _authorization(scope: Scope) -> bytes | None:
-    for name, value in scope.get("headers", ()):
+def only_authorization(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The value of a request's ``Authorization`` header among its raw ASGI ``headers``:
+    ``b""`` without one, ``None`` with more than one — refused on every path (401
+    ``unauthenticated``, :func:`cosigner.http.deps.authenticate_header`), since which of
+    them names the caller would be a guess."""
+    found: bytes | None = b""
+    seen = False
+    for name, value in headers:
         if name == b"authorization":
-            return bytes(value)
-    return None
+            if seen:
+                return None
+            found, seen = bytes(value), True
+    return found
 
 
 async def refuse(send: Send, exc: RateLimited) -> None:

@@ -165,13 +165,20 @@ class CompiledOnFirstUse:
 
 
 def _no_float(value: Any) -> bool:
-    """True when ``value`` (parsed JSON) holds no float anywhere."""
+    """True when ``value`` (parsed JSON) holds no float anywhere (scalar members checked
+    in the loop, containers by recursion: no generator per container)."""
     t = type(value)
     if t is dict:
-        return all(_no_float(v) for v in value.values())
-    if t is list:
-        return all(_no_float(v) for v in value)
-    return t is not float
+        items = value.values()
+    elif t is list:
+        items = value
+    else:
+        return t is not float
+    for item in items:
+        t = type(item)
+        if t is float or ((t is dict or t is list) and not _no_float(item)):
+            return False
+    return True
 
 
 def _pointer(path: Any) -> str:

@@ -25,7 +25,7 @@ DESIGN invariant 1 and case K04/K05)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from cosigner.core.errors import PolicyError
@@ -156,7 +156,6 @@ class PolicyResult:
     approval: ApprovalRequirement | None = None
     mask: tuple[str, ...] = ()
     permit_ttl_s: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def deny(code: str, message: str = "") -> PolicyResult:
@@ -179,7 +178,7 @@ def parse_requirement(raw: Any, *, _stage: int = 1,
     :data:`MAX_STAGES` is an error. ``break_glass`` (a boolean) belongs to the first stage.
     """
     keys = _APPROVAL_KEYS if _stage == 1 else _STAGE_KEYS
-    if not isinstance(raw, dict) or not set(raw) <= keys:
+    if not isinstance(raw, dict) or not raw.keys() <= keys:
         where = "approval" if _stage == 1 else f"approval stage {_stage} (on_expired)"
         raise PolicyError(f"{where} must be an object with require, timeout_ms, "
                           "distinct_from" + (", on_expired" if _stage < MAX_STAGES else ""))
@@ -188,7 +187,7 @@ def parse_requirement(raw: Any, *, _stage: int = 1,
         raise PolicyError("approval.require must be a non-empty list of {role, count}")
     parsed: list[RoleGroup] = []
     for group in groups:
-        if not isinstance(group, dict) or not set(group) <= {"role", "count", "signature"}:
+        if not isinstance(group, dict) or not group.keys() <= _GROUP_KEYS:
             raise PolicyError("approval.require entries must be {role, count, signature?}")
         role, count = group.get("role"), group.get("count", 1)
         if not isinstance(role, str) or not role.strip() or not _is_int(count) or count < 1:
@@ -291,6 +290,31 @@ def stricter(base: ApprovalRequirement, other: ApprovalRequirement) -> ApprovalR
                                max_auth_age_s=min(ages) if ages else None)
 
 
+_REASON_KEYS = frozenset({"code", "message"})
+_GROUP_KEYS = frozenset({"role", "count", "signature"})
+#: Reasons already made, by ``(code, message)``: a rule answers with a few fixed reasons,
+#: and a :class:`Reason` is an immutable value (bounded; cleared whole when full).
+_reasons: dict[tuple[str, str], Reason] = {}
+_MAX_REASONS = 1024
+
+
+#: ``mask`` absent from a result (not ``()``: the empty tuple is one object in CPython,
+#: and a rule's ``"mask": ()`` is refused like any mask that is not a list).
+_NO_MASK: Any = object()
+
+
+def _reason(code: str, message: str) -> Reason:
+    if type(code) is not str or type(message) is not str:  # a subclass: its own object
+        return Reason(code, message)
+    key = (code, message)
+    reason = _reasons.get(key)
+    if reason is None:
+        if len(_reasons) >= _MAX_REASONS:
+            _reasons.clear()
+        reason = _reasons[key] = Reason(code, message)
+    return reason
+
+
 def _parse_reasons(raw: Any) -> tuple[Reason, ...]:
     if raw is None:
         return ()
@@ -299,12 +323,14 @@ def _parse_reasons(raw: Any) -> tuple[Reason, ...]:
     reasons = []
     for item in raw:
         if isinstance(item, str):
-            reasons.append(Reason(item))
-        elif (isinstance(item, dict) and isinstance(item.get("code"), str)
-              and isinstance(item.get("message", ""), str) and set(item) <= {"code", "message"}):
-            reasons.append(Reason(item["code"], item.get("message", "")))
-        else:
-            raise PolicyError("each reason must be a string or {code, message}")
+            reasons.append(_reason(item, ""))
+            continue
+        if isinstance(item, dict) and item.keys() <= _REASON_KEYS:
+            code, message = item.get("code"), item.get("message", "")
+            if isinstance(code, str) and isinstance(message, str):
+                reasons.append(_reason(code, message))
+                continue
+        raise PolicyError("each reason must be a string or {code, message}")
     return tuple(reasons)
 
 
@@ -318,8 +344,8 @@ def validate_result(raw: Any) -> PolicyResult:
     """
     if not isinstance(raw, dict):
         raise PolicyError(f"policy result must be an object, got {type(raw).__name__}")
-    unknown = set(raw) - _RESULT_KEYS
-    if unknown:
+    if not raw.keys() <= _RESULT_KEYS:
+        unknown = set(raw) - _RESULT_KEYS
         raise PolicyError(f"policy result has unknown keys: {sorted(unknown)}")
     effect = raw.get("effect")
     if not isinstance(effect, str) or effect not in EFFECTS:
@@ -330,12 +356,13 @@ def validate_result(raw: Any) -> PolicyResult:
         approval = parse_requirement(raw.get("approval"))
     elif raw.get("approval") is not None:
         raise PolicyError("approval is only valid with effect require_approval")
-    mask = raw.get("mask", [])
-    if not isinstance(mask, list) or not all(
+    mask = raw.get("mask", _NO_MASK)
+    if mask is not _NO_MASK and (not isinstance(mask, list) or not all(
         isinstance(p, str) and (p == "" or p.startswith("/")) for p in mask
-    ):
+    )):
         raise PolicyError("mask must be a list of JSON pointers")
     ttl = raw.get("permit_ttl_s")
     if ttl is not None and (not _is_int(ttl) or ttl < 1):
         raise PolicyError("permit_ttl_s must be a positive integer")
-    return PolicyResult(effect, reasons, approval, tuple(mask), ttl)  # type: ignore[arg-type]
+    return PolicyResult(effect, reasons, approval,  # type: ignore[arg-type]
+                        () if mask is _NO_MASK else tuple(mask), ttl)

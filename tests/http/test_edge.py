@@ -143,6 +143,9 @@ async def script(h: Harness, tenant: str, side: str, lines: Lines) -> list[Any]:
         await call("GET", f"/v1/approvals/{opened['approval']['id']}{query}",
                    headers={**headers, "X-Request-ID": f"poll-{side}"})
     await call("GET", "/v1/approvals/unknown-approval", headers=runtime)
+    twice = [*runtime.items(), *runtime.items()]  # refused (401) on every path
+    await call("GET", f"/v1/approvals/{opened['approval']['id']}?wait=0", headers=twice)
+    await call("POST", "/v1/permits/redeem", body={"permit": "a.b.c"}, headers=twice)
     redeem = {"permit": allow["permit"]["token"], "tool": "issue_refund",
               "args": decision_request()["args"]}
     for _ in range(2):

@@ -373,3 +373,62 @@ def test_the_policy_reference_fast_path_answers_as_the_checks_s(
     assert got == expected
     if isinstance(got, dict):
         assert list(got) == ["id", "version", "revision"]
+
+
+# --- the claims set as built before session 8 (byte-identical tokens) -------------------
+
+
+def _reference_to_json(claims: PermitClaims) -> dict[str, Any]:
+    """PermitClaims.to_json as it was before session 8."""
+    out: dict[str, Any] = {
+        "iss": claims.iss, "aud": claims.aud, "jti": claims.jti, "iat": claims.iat,
+        "nbf": claims.nbf, "exp": claims.exp, "tenant": claims.tenant, "run": claims.run,
+        "decision_id": claims.decision_id, "approval_id": claims.approval_id,
+        "tool": claims.tool, "args_hash": claims.args_hash, "policy": dict(claims.policy),
+        "approvers": [dict(approver) for approver in claims.approvers]}
+    if claims.approval_id is None:
+        del out["approval_id"]
+    if claims.break_glass:
+        out["break_glass"] = True
+    if claims.standing_id is not None:
+        out["standing_id"] = claims.standing_id
+    return out
+
+
+_names = st.text(min_size=1, max_size=6)
+_signature = st.fixed_dictionaries({k: _names for k in (
+    "credential_id", "statement_digest", "time", "authenticator_data", "client_data_json",
+    "signature")})
+_approver = st.builds(lambda i, r, at, sig: {"id": i, "role": r, "at": at,
+                                              **({"signature": sig} if sig else {})},
+                      _names, _names, st.integers(0, 2**40) | st.just(T), st.none() | _signature)
+
+
+@settings(max_examples=200, deadline=None)
+@given(approval_id=st.none() | _names, approvers=st.lists(_approver, max_size=3),
+       break_glass=st.booleans(), standing_id=st.none() | _names, jti=st.none() | _names,
+       ttl=st.integers(1, 3600), policy=st.fixed_dictionaries(
+           {"id": _names, "version": _names, "revision": _names}))
+def test_minted_tokens_are_the_former_bytes(
+        tmp_path_factory: pytest.TempPathFactory, approval_id: str | None,
+        approvers: list[dict[str, Any]], break_glass: bool, standing_id: str | None,
+        jti: str | None, ttl: int, policy: dict[str, str]) -> None:
+    keyring, _ = _shared_keyring(tmp_path_factory)
+    token, claims = mint_permit(
+        keyring, issuer=ISSUER, audience=AUDIENCE, tenant="t", run_id="r",
+        decision_id="d", approval_id=approval_id, tool="tool", args_hash=ARGS_HASH,
+        policy=policy, approvers=approvers, now=T, ttl_s=ttl, jti=jti,
+        break_glass=break_glass, standing_id=standing_id)
+    reference = _reference_to_json(claims)
+    assert claims.to_json() == reference
+    assert list(claims.to_json()) == list(reference)  # the same member order
+    assert token == keyring.sign(reference, typ=PERMIT_TYP)
+
+
+_keyrings: dict[str, tuple[Keyring, Ed25519PrivateKey]] = {}
+
+
+def _shared_keyring(factory: pytest.TempPathFactory) -> tuple[Keyring, Ed25519PrivateKey]:
+    if "k" not in _keyrings:
+        _keyrings["k"] = make_keyring(factory.mktemp("tokens-bytes"))
+    return _keyrings["k"]

@@ -247,3 +247,21 @@ def test_ecma_classes_are_ascii_as_in_the_compiled_validator(pattern: str, text:
     assert compiled is not None
     assert StrictValidator({"type": "string", "pattern": pattern}).is_valid(text) == \
         compiled.is_valid(text), (pattern, text)
+
+
+def _no_float_reference(value: Any) -> bool:
+    """_no_float as it was before session 8 (all() over a generator per container)."""
+    t = type(value)
+    if t is dict:
+        return all(_no_float_reference(v) for v in value.values())
+    if t is list:
+        return all(_no_float_reference(v) for v in value)
+    return t is not float
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(max_size=3), inner, max_size=4), max_leaves=20))
+def test_no_float_answers_as_before(value: Any) -> None:
+    assert _no_float(value) is _no_float_reference(value)

@@ -20,7 +20,7 @@ from cosigner.approvals.queries import pending_by_tenant
 from cosigner.context import AppContext
 from cosigner.core.errors import NotFound, Unauthenticated
 from cosigner.core.metrics import exposition
-from cosigner.http.deps import context
+from cosigner.http.deps import context, several_credentials
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -42,7 +42,10 @@ async def get_metrics(request: Request) -> Response:
     token = ctx.settings.metrics_token
     if token is None:
         raise NotFound("metrics are off (set COSIGNER_METRICS_TOKEN)")
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    values = request.headers.getlist("authorization")
+    if len(values) > 1:
+        raise several_credentials()
+    scheme, _, given = (values[0] if values else "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(
             given.strip().encode(), token.get_secret_value().encode()):
         raise Unauthenticated("the metrics token is required (Authorization: Bearer ...)")
