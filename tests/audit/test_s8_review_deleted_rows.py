@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select, type_coerce
 
 from cosigner.audit.verify import verify_export
+from cosigner.core.canonical import hash_bytes
 from cosigner.db import event_row
 from cosigner.db.driver_types import RawBlob
 from cosigner.db.tables import audit_events
@@ -64,3 +65,24 @@ async def test_the_first_rows_deleted_by_hand(harness: Harness, tenant: str) -> 
     lines = await export_lines(harness, auditor)
     report = verify_export(lambda: iter(lines), await jwks(harness))
     assert not report.ok and report.fault == "bad_anchor", report
+
+
+async def test_the_event_after_a_newest_row_deleted_by_hand_reads(harness: Harness,
+                                                                   tenant: str) -> None:
+    """The newest row deleted by hand: the next decision's first event finds no row to
+    lean on (its ``prev_hash`` is the deleted row's hash) and keeps it in its own row, so
+    it reads, and the export reports the deleted row alone."""
+    runtime = await harness.headers(tenant, "runtime")
+    auditor, forms = await _seed(harness, tenant)
+    gone = max(forms)
+    await _delete(harness, tenant, audit_events.c.seq == gone)
+    await decide(harness, runtime, 5000)
+    ev = audit_events.c
+    async with harness.db.read() as conn:
+        rows = (await conn.execute(select(ev.seq, ev.body, ev.hash).where(
+            ev.tenant == tenant, ev.seq > gone).order_by(ev.seq))).all()
+    assert [int(r.seq) for r in rows] == [gone + 1, gone + 2]
+    assert [hash_bytes(r.body.encode()) for r in rows] == [r.hash for r in rows]
+    lines = await export_lines(harness, auditor)
+    report = verify_export(lambda: iter(lines), await jwks(harness))
+    assert (report.ok, report.fault, report.bad_seq) == (False, "deleted", gone), report
