@@ -21,7 +21,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, exists, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -44,7 +44,11 @@ __all__ = ["GENESIS", "SCHEMA_VERSION", "Event", "append", "append_pg", "append_
 GENESIS = "sha256:" + "0" * 64
 
 
-_HEAD = select(audit_heads.c.seq, audit_heads.c.hash).where(
+#: Whether the head's own event row is there: when it was deleted by hand, the next event
+#: keeps its ``prev_hash`` in its own row (:mod:`cosigner.db.event_row`), so it still reads.
+_HEAD_ROW = exists().where(audit_events.c.tenant == audit_heads.c.tenant,
+                           audit_events.c.seq == audit_heads.c.seq)
+_HEAD = select(audit_heads.c.seq, audit_heads.c.hash, _HEAD_ROW.label("present")).where(
     audit_heads.c.tenant == bindparam("tenant"))
 _HEAD_FOR_UPDATE = _HEAD.with_for_update()
 
@@ -65,13 +69,19 @@ async def lock_head(conn: AsyncConnection, tenant: str) -> tuple[int, str]:
     """The tenant's chain head, locked for this transaction (PostgreSQL: ``FOR UPDATE``;
     SQLite: the write transaction holds the database). Created at genesis the first time.
     Statements are built once, values bound per call."""
+    seq, digest, _ = await _lock_head(conn, tenant)
+    return seq, digest
+
+
+async def _lock_head(conn: AsyncConnection, tenant: str) -> tuple[int, str, bool]:
+    """:func:`lock_head` and whether the head's event row is there."""
     pg = conn.dialect.name == "postgresql"
     query = _HEAD_FOR_UPDATE if pg else _HEAD
     row = (await conn.execute(query, {"tenant": tenant})).first()
     if row is None:
         await conn.execute(_new_head("postgresql" if pg else "sqlite"), {"tenant": tenant})
         row = (await conn.execute(query, {"tenant": tenant})).one()
-    return int(row.seq), str(row.hash)
+    return int(row.seq), str(row.hash), bool(row.present)
 
 
 async def append(conn: AsyncConnection, tenant: str, events: list[Event],
@@ -83,14 +93,16 @@ async def append(conn: AsyncConnection, tenant: str, events: list[Event],
     database the head is read and moved, and the events inserted, on the transaction's
     own ``sqlite3`` connection (the same statements, without SQLAlchemy's execute).
     ``first_alone``: the head's row is gone (:mod:`cosigner.audit.prune` deleted it), so
-    the first event keeps its ``prev_hash`` in its own row.
+    the first event keeps its ``prev_hash`` in its own row — as it does whenever the head
+    read finds the head's row missing (deleted by hand).
     """
     raw = await raw_sqlite(conn)
     if raw is not None:
         return append_raw(raw, conn.dialect, tenant, events, now=now,
                           first_alone=first_alone)
-    seq, prev = await lock_head(conn, tenant)
-    stored, rows = _chain(tenant, events, seq, prev, now, first_alone=first_alone)
+    seq, prev, present = await _lock_head(conn, tenant)
+    stored, rows = _chain(tenant, events, seq, prev, now,
+                          first_alone=first_alone or not present)
     if stored:
         seq, prev = stored[-1]["seq"], stored[-1]["hash"]
     await insert_many(conn, audit_events, rows)  # the raw driver's executemany
@@ -107,7 +119,8 @@ def append_raw(raw: sqlite3.Connection, dialect: Dialect, tenant: str, events: l
         sqlite_query(raw, _RAW_NEW_HEAD, (tenant, GENESIS))
         head = sqlite_query(raw, _RAW_HEAD, (tenant,))
     seq, prev = int(head[0][0]), str(head[0][1])
-    stored, rows = _chain(tenant, events, seq, prev, now, first_alone=first_alone)
+    stored, rows = _chain(tenant, events, seq, prev, now,
+                          first_alone=first_alone or not head[0][2])
     if stored:
         seq, prev = stored[-1]["seq"], stored[-1]["hash"]
         sqlite_many(raw, *sqlite_rows(dialect, audit_events, rows))
@@ -120,15 +133,17 @@ async def append_pg(conn: Any, dialect: Dialect, tenant: str, events: list[Event
     """:func:`append` on a PostgreSQL batch's own asyncpg connection
     (:mod:`cosigner.db.raw_pg`: the head locked ``FOR UPDATE``, created at genesis; the
     events' rows and the head moved in one statement)."""
-    seq, prev = await raw_pg.lock_head(conn, tenant, GENESIS)
-    stored, rows = _chain(tenant, events, seq, prev, now)
+    seq, prev, present = await raw_pg.lock_head(conn, tenant, GENESIS)
+    stored, rows = _chain(tenant, events, seq, prev, now, first_alone=not present)
     if stored:
         seq, prev = stored[-1]["seq"], stored[-1]["hash"]
     await raw_pg.extend_chain(conn, dialect, audit_events, tenant, rows, seq, prev)
     return stored
 
 
-_RAW_HEAD = "SELECT seq, hash FROM audit_heads WHERE tenant = ?"
+_RAW_HEAD = ("SELECT seq, hash, EXISTS (SELECT 1 FROM audit_events WHERE audit_events.tenant "
+             "= audit_heads.tenant AND audit_events.seq = audit_heads.seq) FROM audit_heads "
+             "WHERE tenant = ?")
 _RAW_NEW_HEAD = ("INSERT INTO audit_heads (tenant, seq, hash) VALUES (?, 0, ?) "
                  "ON CONFLICT (tenant) DO NOTHING")
 _RAW_MOVE_HEAD = "UPDATE audit_heads SET seq = ?, hash = ? WHERE tenant = ?"

@@ -109,10 +109,15 @@ async def plan_export(db: Database, keyring: Keyring, *, tenant: str,
             select(func.min(cp.seq)).where(cp.tenant == tenant, cp.seq >= last,
                                            cp.seq <= int(high)))).scalar()
         last = int(closing) if closing is not None else int(last)
-        body = (await conn.execute(select(ev.body).where(ev.tenant == tenant,
-                                                         ev.seq == first))).scalar_one()
-    return ExportRange(tenant, since, until, first, last, first - 1,
-                       str(json.loads(body)["prev_hash"]))
+        try:
+            body = (await conn.execute(select(ev.body).where(ev.tenant == tenant,
+                                                             ev.seq == first))).scalar_one()
+            anchor_hash = str(json.loads(body)["prev_hash"])
+        except ValueError:  # the first event does not read (its row before deleted by
+            # hand): the anchor is the signed checkpoint's hash, if there is one
+            anchor_hash = str((await conn.execute(select(cp.hash).where(
+                cp.tenant == tenant, cp.seq == first - 1))).scalar() or "")
+    return ExportRange(tenant, since, until, first, last, first - 1, anchor_hash)
 
 
 class _Event(NamedTuple):
@@ -144,8 +149,11 @@ async def _batches(db: Database, rng: ExportRange, batch: int
                 cp.tenant == rng.tenant, cp.seq > after, cp.seq <= top))).all()
         texts = event_row.texts_in_order(
             [(int(seq), stored, digest) for seq, stored, digest in rows], skip=skip)
+        # An event that does not read (its row before deleted by hand) is left out: the
+        # verifier reports the gap, as for the deleted row itself.
         yield ([_Event(int(row[0]), body, row[2]) for row, body in zip(
-            rows[skip:], texts, strict=True)], {int(c.seq): c for c in cps})
+            rows[skip:], texts, strict=True) if body is not None],
+            {int(c.seq): c for c in cps})
         after = top
 
 

@@ -195,18 +195,24 @@ def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | Non
     return _resolve(data, prev, held)
 
 
-def texts_in_order(rows: Sequence[tuple[int, Any, str]], *, skip: int = 0) -> list[str]:
+def texts_in_order(rows: Sequence[tuple[int, Any, str]], *, skip: int = 0
+                   ) -> list[str | None]:
     """The texts of ``(seq, stored body, hash text)`` rows of one tenant in ``seq`` order,
     each read with the row just before it when that row is among them (a reader of a
     range, e.g. an export, selects the row before the range too and ``skip`` s it): what
-    :class:`EventRead` gives, without its subquery per row."""
-    out: list[str] = []
+    :class:`EventRead` gives, without its subquery per row. ``None`` for a row that does
+    not read (its row before deleted by hand, a damaged frame): an export leaves it out,
+    so that the verifier reports the gap (``deleted``) instead of the export failing."""
+    out: list[str | None] = []
     before: tuple[int, Any, str] | None = None
     for i, row in enumerate(rows):
         if i >= skip:
             near = before is not None and before[0] == row[0] - 1
-            out.append(text_with(row[1], before[2] if near else None,  # type: ignore[index]
-                                 before[1] if near else None))  # type: ignore[index]
+            try:
+                out.append(text_with(row[1], before[2] if near else None,  # type: ignore[index]
+                                     before[1] if near else None))  # type: ignore[index]
+            except ValueError:
+                out.append(None)
         before = row
     return out
 

@@ -316,20 +316,23 @@ async def guard_reads(conn: asyncpg.Connection, dialect: Dialect,
 
 # -- the chain head (audit.chain.append_pg) ---------------------------------------------
 
-_HEAD = "SELECT seq, hash FROM audit_heads WHERE tenant = $1 FOR UPDATE"
+_HEAD = ("SELECT seq, hash, EXISTS (SELECT 1 FROM audit_events WHERE audit_events.tenant = "
+         "audit_heads.tenant AND audit_events.seq = audit_heads.seq) FROM audit_heads "
+         "WHERE tenant = $1 FOR UPDATE")
 _NEW_HEAD = ("INSERT INTO audit_heads (tenant, seq, hash) VALUES ($1, 0, $2) "
              "ON CONFLICT (tenant) DO NOTHING")
 
 
-async def lock_head(conn: asyncpg.Connection, tenant: str, genesis: str) -> tuple[int, str]:
-    """``tenant``'s chain head ``(seq, hash)``, row-locked until the transaction ends
-    (created at ``genesis`` the first time)."""
+async def lock_head(conn: asyncpg.Connection, tenant: str, genesis: str
+                    ) -> tuple[int, str, bool]:
+    """``tenant``'s chain head ``(seq, hash, its event row is there)``, row-locked until
+    the transaction ends (created at ``genesis`` the first time)."""
     row = await conn.fetchrow(_HEAD, tenant)
     if row is None:
         await conn.execute(_NEW_HEAD, tenant, genesis)
         row = await conn.fetchrow(_HEAD, tenant)
         assert row is not None
-    return int(row[0]), str(row[1])
+    return int(row[0]), str(row[1]), bool(row[2])
 
 
 async def extend_chain(conn: asyncpg.Connection, dialect: Dialect, events: Table,
