@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, bindparam, select
+from sqlalchemy import and_, bindparam, literal_column, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -212,7 +212,10 @@ def _lost(caller: Caller, claims: PermitClaims, row: Any, now: datetime) -> Writ
 _STANDING_REJECTION = select(approvals.c.id).where(
     approvals.c.tenant == bindparam("tenant"), approvals.c.run_id == bindparam("run_id"),
     approvals.c.tool == bindparam("tool"), approvals.c.args_hash == bindparam("args_hash"),
-    approvals.c.status == "rejected", approvals.c.withdrawn_at.is_(None)).limit(1)
+    # A literal status, as the partial index's WHERE (cosigner.approvals.rejections:
+    # ``status = ?`` made SQLite re-prepare the statement at each execution).
+    approvals.c.status == literal_column("'rejected'"), approvals.c.withdrawn_at.is_(None)
+).limit(1)
 
 
 async def _standing_rejection(conn: AsyncConnection, tenant: str, claims: PermitClaims
