@@ -16,7 +16,7 @@ from functools import lru_cache
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import bindparam, literal_column, select, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -73,14 +73,21 @@ class CallFacts:
     reasons: list[dict[str, str]]
 
 
+_PENDING_FOR_CALL = select(approvals).where(
+    approvals.c.tenant == bindparam("tenant"), approvals.c.run_id == bindparam("run_id"),
+    approvals.c.tool == bindparam("tool"), approvals.c.args_hash == bindparam("args_hash"),
+    # A literal status, as the partial index uq_approvals_pending_call's WHERE (a bound
+    # one made SQLite re-prepare the statement at each execution).
+    approvals.c.status == literal_column("'pending'"))
+
+
 async def _pending_for_call(conn: AsyncConnection, call: CallFacts) -> Any:
-    query = select(approvals).where(
-        approvals.c.tenant == call.tenant, approvals.c.run_id == call.run_id,
-        approvals.c.tool == call.tool, approvals.c.args_hash == call.args_hash,
-        approvals.c.status == "pending")
+    query = _PENDING_FOR_CALL
     if conn.dialect.name == "postgresql":
         query = query.with_for_update()
-    return (await conn.execute(query)).first()
+    return (await conn.execute(query, {
+        "tenant": call.tenant, "run_id": call.run_id, "tool": call.tool,
+        "args_hash": call.args_hash})).first()
 
 
 @lru_cache(maxsize=2)

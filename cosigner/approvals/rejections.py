@@ -27,7 +27,7 @@ import sqlite3
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, bindparam, func, select
+from sqlalchemy import and_, bindparam, func, literal_column, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -61,7 +61,12 @@ MAX_REASON_CHARS = 500
 #: ``(tenant, run_id, tool, args_hash)``
 Call = tuple[str, str, str, str]
 
-_STANDING = and_(approvals.c.status == "rejected", approvals.c.withdrawn_at.is_(None))
+#: The predicate of the partial index ``ix_approvals_rejected_call``, with the status as a
+#: literal in the SQL. With ``status = ?`` SQLite re-prepares the statement at every
+#: execution to learn from the bound value whether the partial index applies (~30 µs of a
+#: ~6 µs lookup), and a generic PostgreSQL plan of the prepared statement cannot use it.
+_STANDING = and_(approvals.c.status == literal_column("'rejected'"),
+                 approvals.c.withdrawn_at.is_(None))
 
 
 class RejectionFound(Unavailable):

@@ -9,12 +9,14 @@ redeemed. Refusals are logged through :func:`refusal_writer`, one COMMIT per bat
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import sqlite3
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, bindparam, select
+from sqlalchemy import and_, bindparam, literal_column, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -23,7 +25,7 @@ from cosigner.context import AppContext, Refusal
 from cosigner.core import tracing
 from cosigner.core.canonical import args_hash
 from cosigner.core.clock import isoformat
-from cosigner.core.errors import InvalidArgs, PermitRefused
+from cosigner.core.errors import InvalidArgs, PermitRefused, Unavailable
 from cosigner.core.load import Shedding
 from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
@@ -149,7 +151,7 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
         check_binding(claims, tenant=caller.tenant, tool=tool, args_hash=presented_hash)
         read = _read_raw(deps.db, caller.tenant, claims)
         if read is None:
-            read = await _read(deps.db, caller.tenant, claims)
+            read = await _reads(deps.db).read(caller.tenant, claims)
         row, stored, counted = read
         early = _state_refusal(row, now)
         if early is not None:
@@ -212,7 +214,10 @@ def _lost(caller: Caller, claims: PermitClaims, row: Any, now: datetime) -> Writ
 _STANDING_REJECTION = select(approvals.c.id).where(
     approvals.c.tenant == bindparam("tenant"), approvals.c.run_id == bindparam("run_id"),
     approvals.c.tool == bindparam("tool"), approvals.c.args_hash == bindparam("args_hash"),
-    approvals.c.status == "rejected", approvals.c.withdrawn_at.is_(None)).limit(1)
+    # A literal status, as the partial index's WHERE (cosigner.approvals.rejections:
+    # ``status = ?`` made SQLite re-prepare the statement at each execution).
+    approvals.c.status == literal_column("'rejected'"), approvals.c.withdrawn_at.is_(None)
+).limit(1)
 
 
 async def _standing_rejection(conn: AsyncConnection, tenant: str, claims: PermitClaims
@@ -331,22 +336,100 @@ def _read_raw(db: Database, tenant: str, claims: PermitClaims) -> _Read | None:
 
 
 async def _read(db: Database, tenant: str, claims: PermitClaims) -> _Read:
-    """The permit's state, its call's recorded input ``(input, mask)`` and the roles of
-    the approval's counted reviews (``None`` without an approval), in one read."""
+    """:func:`_read_on` on a connection of its own."""
     async with db.read() as conn:
-        row = (await conn.execute(_PERMIT_AND_INPUT, {
-            "jti": claims.jti, "tenant": tenant,
-            "decision_id": claims.decision_id})).first()
-        if row is None:
-            return None, None, None
-        stored = (None if row.call_input is None
-                  else (dict(row.call_input), list(row.call_mask)))
-        counted = None
-        if claims.approval_id is not None:
-            found = (await conn.execute(_COUNTED_ROLES, {
-                "approval_id": claims.approval_id})).scalars().all()
-            counted = [str(role) for role in found]
-        return _PermitState(row.status, row.expires_at), stored, counted
+        return await _read_on(conn, tenant, claims.jti, claims.decision_id,
+                              claims.approval_id)
+
+
+async def _read_on(conn: AsyncConnection, tenant: str, jti: str, decision_id: str,
+                   approval_id: str | None) -> _Read:
+    """The permit's state, its call's recorded input ``(input, mask)`` and the roles of
+    the approval's counted reviews (``None`` without an approval), read on ``conn``."""
+    row = (await conn.execute(_PERMIT_AND_INPUT, {
+        "jti": jti, "tenant": tenant, "decision_id": decision_id})).first()
+    if row is None:
+        return None, None, None
+    stored = (None if row.call_input is None
+              else (dict(row.call_input), list(row.call_mask)))
+    counted = None
+    if approval_id is not None:
+        found = (await conn.execute(_COUNTED_ROLES, {
+            "approval_id": approval_id})).scalars().all()
+        counted = [str(role) for role in found]
+    return _PermitState(row.status, row.expires_at), stored, counted
+
+
+_ReadKey = tuple[str, str, str, str | None]  # tenant, jti, decision id, approval id
+
+
+class _Reads:
+    """The redeem reads of one :class:`Database` on the SQLAlchemy path (PostgreSQL, an
+    in-memory SQLite), coalesced so a burst never needs a pooled connection per request:
+    the reads queued while the previous round ran go out together, one round at a time
+    on one connection, one :func:`_read_on` per distinct permit (N concurrent redeems of one
+    permit: one read). A round only serves reads queued before it started, so every
+    redeem's snapshot is taken after it arrived (as with a read of its own); single use
+    is still decided by the conditional ``UPDATE`` under the write lock."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.loop = asyncio.get_running_loop()
+        self.queued: dict[_ReadKey, asyncio.Future[_Read]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    async def read(self, tenant: str, claims: PermitClaims) -> _Read:
+        key = (tenant, claims.jti, claims.decision_id, claims.approval_id)
+        future = self.queued.get(key)
+        if future is None:
+            future = self.queued[key] = self.loop.create_future()
+            future.add_done_callback(_retrieved)
+            if self.task is None:
+                self.task = self.loop.create_task(self._rounds())
+            # Shielded: one waiter cancelled (its client left) cancels neither the read
+            # nor the other waiters of the same permit.
+            return await asyncio.shield(future)
+        # A joiner: its own copy of the recorded input (policy code gets it as input).
+        return copy.deepcopy(await asyncio.shield(future))
+
+    async def _rounds(self) -> None:
+        try:
+            while self.queued:
+                round_, self.queued = self.queued, {}
+                try:
+                    async with self.db.read() as conn:
+                        for (tenant, jti, decision_id, approval_id), future in round_.items():
+                            read = await _read_on(conn, tenant, jti, decision_id, approval_id)
+                            if not future.done():
+                                future.set_result(read)
+                except Exception as exc:  # every waiter of the round gets the error
+                    for future in round_.values():
+                        if not future.done():
+                            future.set_exception(exc)
+                except BaseException:  # cancelled (the loop is closing): fail closed
+                    self.queued.update(round_)
+                    raise
+        finally:
+            self.task = None
+            for future in self.queued.values():  # only when cancelled (loop closing)
+                if not future.done():
+                    future.set_exception(Unavailable("the database is unavailable",
+                                                     code="storage_unavailable"))
+            self.queued = {}
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a shared read's error as seen (its waiters may all have left)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _reads(db: Database) -> _Reads:
+    """``db``'s :class:`_Reads` for the running loop."""
+    reads: _Reads | None = db.__dict__.get("_redeem_reads")
+    if reads is None or reads.loop is not asyncio.get_running_loop():
+        reads = db.__dict__["_redeem_reads"] = _Reads(db)
+    return reads
 
 
 async def _standing_live(deps: AppContext, tenant: str, standing_id: str) -> bool:
