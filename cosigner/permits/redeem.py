@@ -365,18 +365,20 @@ _ReadKey = tuple[str, str, str, str | None]  # tenant, jti, decision id, approva
 
 class _Reads:
     """The redeem reads of one :class:`Database` on the SQLAlchemy path (PostgreSQL, an
-    in-memory SQLite), coalesced so a burst never needs a pooled connection per request:
-    the reads queued while the previous round ran go out together, one round at a time
-    on one connection, one :func:`_read_on` per distinct permit (N concurrent redeems of one
-    permit: one read). A round only serves reads queued before it started, so every
-    redeem's snapshot is taken after it arrived (as with a read of its own); single use
-    is still decided by the conditional ``UPDATE`` under the write lock."""
+    in-memory SQLite), single-flight per permit: N concurrent redeems of one permit share
+    one read (one pooled connection, not N), while reads of distinct permits run side by
+    side, each on its own connection as before. A redeem joins a read only while that
+    read still waits for its connection: once the read has one, a later redeem of the
+    same permit starts its own, so every redeem's snapshot is taken after it arrived (as
+    with a read of its own). Single use is still decided by the conditional ``UPDATE``
+    under the write lock."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
         self.loop = asyncio.get_running_loop()
+        #: Reads not yet holding a connection, which a redeem of the same permit joins.
         self.queued: dict[_ReadKey, asyncio.Future[_Read]] = {}
-        self.task: asyncio.Task[None] | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
 
     async def read(self, tenant: str, claims: PermitClaims) -> _Read:
         key = (tenant, claims.jti, claims.decision_id, claims.approval_id)
@@ -384,38 +386,36 @@ class _Reads:
         if future is None:
             future = self.queued[key] = self.loop.create_future()
             future.add_done_callback(_retrieved)
-            if self.task is None:
-                self.task = self.loop.create_task(self._rounds())
+            task = self.loop.create_task(self._read(key, future))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
             # Shielded: one waiter cancelled (its client left) cancels neither the read
             # nor the other waiters of the same permit.
             return await asyncio.shield(future)
         # A joiner: its own copy of the recorded input (policy code gets it as input).
         return copy.deepcopy(await asyncio.shield(future))
 
-    async def _rounds(self) -> None:
+    def _started(self, key: _ReadKey, future: asyncio.Future[_Read]) -> None:
+        if self.queued.get(key) is future:
+            del self.queued[key]
+
+    async def _read(self, key: _ReadKey, future: asyncio.Future[_Read]) -> None:
         try:
-            while self.queued:
-                round_, self.queued = self.queued, {}
-                try:
-                    async with self.db.read() as conn:
-                        for (tenant, jti, decision_id, approval_id), future in round_.items():
-                            read = await _read_on(conn, tenant, jti, decision_id, approval_id)
-                            if not future.done():
-                                future.set_result(read)
-                except Exception as exc:  # every waiter of the round gets the error
-                    for future in round_.values():
-                        if not future.done():
-                            future.set_exception(exc)
-                except BaseException:  # cancelled (the loop is closing): fail closed
-                    self.queued.update(round_)
-                    raise
-        finally:
-            self.task = None
-            for future in self.queued.values():  # only when cancelled (loop closing)
-                if not future.done():
-                    future.set_exception(Unavailable("the database is unavailable",
-                                                     code="storage_unavailable"))
-            self.queued = {}
+            async with self.db.read() as conn:
+                self._started(key, future)  # later redeems read on their own
+                read = await _read_on(conn, *key)
+            if not future.done():
+                future.set_result(read)
+        except Exception as exc:  # every waiter of this read gets the error
+            self._started(key, future)
+            if not future.done():
+                future.set_exception(exc)
+        except BaseException:  # cancelled (the loop is closing): fail closed
+            self._started(key, future)
+            if not future.done():
+                future.set_exception(Unavailable("the database is unavailable",
+                                                 code="storage_unavailable"))
+            raise
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
