@@ -329,3 +329,16 @@ async def test_raw_rows_read_back_as_core_rows(database_url: str, tenant: str) -
             assert raw == core and len(raw) == 2
     finally:
         await db.dispose()
+
+
+def test_the_shared_packings_stay_bounded_and_exact() -> None:
+    """A batch's repeated ids are packed once (:class:`row_encoders._Memo`); the memo is
+    cleared when full, never grows without bound, and gives what the packing gives."""
+    from cosigner.db.row_encoders import _Memo
+
+    memo = _Memo(sqlite_compact.pack_uuid)
+    ids = [f"00000000-0000-7000-8000-{i:012x}" for i in range(_Memo.MAX + 10)]
+    for ident in ids + ids[:5]:
+        assert memo[ident] == sqlite_compact.pack_uuid(ident)
+        assert len(memo) <= _Memo.MAX
+    assert len(memo) < _Memo.MAX
