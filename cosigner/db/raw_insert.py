@@ -16,7 +16,7 @@ connection and transaction, so atomicity, savepoints and lock order are untouche
 
 Values are encoded as SQLAlchemy's bind processors would (the engine's dialect:
 ``DateTime`` text on SQLite, the engine's ``json_serializer`` for JSON columns), by
-encoders compiled once per column (:mod:`cosigner.db.row_encoders`), so rows written
+encoders compiled once per table (:mod:`cosigner.db.row_encoders`), so rows written
 either way are identical. Driver errors are re-raised as SQLAlchemy's own
 exceptions (``IntegrityError``, ``OperationalError``…, the driver error as ``orig``), so
 :mod:`cosigner.db.batch` and :class:`cosigner.db.database.Database` map them as before
@@ -26,7 +26,7 @@ exceptions (``IntegrityError``, ``OperationalError``…, the driver error as ``o
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Table
@@ -34,7 +34,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cosigner.db.row_encoders import rows_encoder
+from cosigner.db.row_encoders import table_encoders
 from cosigner.db.sqlite_inline import InlineConnection
 
 #: (table name, the rows' keys) → the INSERT statement
@@ -65,12 +65,11 @@ async def raw_sqlite(conn: AsyncConnection) -> sqlite3.Connection | None:
 
 
 def sqlite_rows(dialect: Dialect, table: Table, rows: Sequence[dict[str, Any]]
-                ) -> tuple[str, Iterator[tuple[Any, ...]]]:
+                ) -> tuple[str, list[tuple[Any, ...]]]:
     """``(INSERT SQL, parameter rows)`` for ``rows`` of ``table``, every row with the
     first row's keys (values encoded by :mod:`cosigner.db.row_encoders`)."""
     keys = tuple(rows[0])
-    return insert_sql(table, keys), zip(*rows_encoder(dialect, table, keys)(rows),
-                                        strict=True)
+    return insert_sql(table, keys), table_encoders(dialect, table, keys).rows(rows)
 
 
 async def insert_many(conn: AsyncConnection, table: Table,

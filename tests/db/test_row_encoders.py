@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import JSON, Column, DateTime, Table, text
+from sqlalchemy import JSON, Boolean, Column, DateTime, LargeBinary, Table, text
 from sqlalchemy.engine import Dialect
 
 from cosigner.db import compressed, digest, response_row, sqlite_compact
 from cosigner.db.database import Database
 from cosigner.db.raw_insert import insert_many
-from cosigner.db.row_encoders import column_encoder, rows_encoder
+from cosigner.db.row_encoders import column_encoder, rows_encoder, table_encoders
 from cosigner.db.tables import audit_events, decisions, metadata, permits
 from cosigner.db.tables_approvals import call_inputs
 
@@ -150,6 +150,65 @@ def test_rows_encoder_lays_out_columns_in_key_order(dialect: str) -> None:
     assert rows_encoder(DIALECTS[dialect], call_inputs, ("tenant",))(rows) == [["t"] * 3]
 
 
+def expected_row(dialect: Dialect, table: Table, keys: tuple[str, ...],
+                 row: dict[str, Any]) -> tuple[Any, ...]:
+    """What SQLAlchemy binds for ``row``, column by column (``decisions.response`` beside
+    its reference columns: stored form 3 where it applies, :mod:`cosigner.db.response_row`)."""
+    out = []
+    for key in keys:
+        if table is decisions and key == "response" and all(
+                name in keys for name in response_row.REF_COLUMNS):
+            out.append(response_row.bind(row[key], tuple(
+                row[name] for name in response_row.REF_COLUMNS)))
+        else:
+            out.append(sqlalchemy_bind(dialect, table.columns[key], row[key]))
+    return tuple(out)
+
+
+def plain_values(column: Column[Any], other: st.SearchStrategy[Any]
+                 ) -> st.SearchStrategy[Any]:
+    """Values of a column :func:`values_for` leaves out (SQLAlchemy's processors refuse
+    a value of another kind: Boolean, LargeBinary)."""
+    if isinstance(column.type, Boolean):
+        return st.none() | st.booleans()
+    if isinstance(column.type, LargeBinary):
+        return st.none() | st.binary(max_size=20)
+    return other
+
+
+TABLES = [(dialect, table) for dialect in DIALECTS for table in metadata.sorted_tables]
+
+
+@pytest.mark.parametrize(("dialect", "table"), TABLES, ids=lambda x: getattr(x, "name", x))
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_table_encoders_give_what_sqlalchemy_binds_row_by_row(
+        dialect: str, table: Table, data: st.DataObject) -> None:
+    """The generated encoders of every table (a subset of its columns, in any order):
+    each row is what SQLAlchemy binds column by column, and the columns are the rows
+    laid out by column."""
+    names = [c.name for c in table.columns]
+    keys = tuple(data.draw(st.permutations(names)))[:data.draw(
+        st.integers(1, len(names)))]
+    if table is decisions and data.draw(st.booleans()):  # the form 3 response with its refs
+        keys = tuple(dict.fromkeys((*keys, "response", *response_row.REF_COLUMNS)))
+    other = st.none() | st.integers() | st.text(max_size=10)
+    found = {key: values_for(table.columns[key]) for key in keys}
+    kinds = {key: kind if kind is not None else plain_values(table.columns[key], other)
+             for key, kind in found.items()}
+    rows = data.draw(st.lists(st.fixed_dictionaries(kinds), max_size=5))
+    if rows:  # repeats, as one batch's rows share ids, instants and hashes
+        rows += data.draw(st.lists(st.sampled_from(rows), max_size=3))
+    engine_dialect = DIALECTS[dialect]
+    encoders = table_encoders(engine_dialect, table, keys)
+    expected = [expected_row(engine_dialect, table, keys, row) for row in rows]
+    assert encoders.rows(rows) == expected
+    assert [encoders.row(row) for row in rows] == expected
+    columns = rows_encoder(engine_dialect, table, keys)(rows)
+    assert columns == ([list(c) for c in zip(*expected, strict=True)] if rows
+                       else [[] for _ in keys])
+
+
 # -- against the previous implementations ------------------------------------------------
 
 _HEX = frozenset("0123456789abcdef")
@@ -270,3 +329,16 @@ async def test_raw_rows_read_back_as_core_rows(database_url: str, tenant: str) -
             assert raw == core and len(raw) == 2
     finally:
         await db.dispose()
+
+
+def test_the_shared_packings_stay_bounded_and_exact() -> None:
+    """A batch's repeated ids are packed once (:class:`row_encoders._Memo`); the memo is
+    cleared when full, never grows without bound, and gives what the packing gives."""
+    from cosigner.db.row_encoders import _Memo
+
+    memo = _Memo(sqlite_compact.pack_uuid)
+    ids = [f"00000000-0000-7000-8000-{i:012x}" for i in range(_Memo.MAX + 10)]
+    for ident in ids + ids[:5]:
+        assert memo[ident] == sqlite_compact.pack_uuid(ident)
+        assert len(memo) <= _Memo.MAX
+    assert len(memo) < _Memo.MAX
