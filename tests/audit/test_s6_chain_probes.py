@@ -33,7 +33,7 @@ _ODD_ARGS: list[dict[str, Any]] = [
 async def _decide(h: Harness, runtime: dict[str, str], i: int, args: dict[str, Any],
                   request_id: str) -> Any:
     body = decision_request(request_id=request_id, args=args, tool={"name": "probe_tool"},
-                            context={"note": f"probe {i}", "secret": "c-" + str(i)})
+                            context={"note": f"probe {i}", "secret": "hidden~" + str(i)})
     resp = await h.client.post("/v1/decisions", headers=runtime, json=body)
     return resp.status_code, resp.json()
 
@@ -63,7 +63,7 @@ async def test_odd_events_in_one_batch_replay_and_verify(harness: Harness,
     report = verify_export(lambda: lines, keys)
     assert report.ok, report
     text = "".join(lines)
-    for secret in ("sk-live-should-hide", "c-0", "c-3"):
+    for secret in ("sk-live-should-hide", "hidden~0", "hidden~3"):
         assert secret not in text
     assert "probe 4" in text  # the context reached the log (payload not empty)
     async with harness.db.read() as conn:

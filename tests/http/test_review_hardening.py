@@ -89,4 +89,4 @@ async def test_masked_values_of_an_approval_request_never_reach_the_database(
                                 "note": "•••"}
     assert approved["args_hash"] == decision["args_hash"]
     for name, secret in SECRETS.items():
-        assert await tables_holding(h, secret.split()[-1]) == set(), name
+        assert await tables_holding(h, secret.split()[-1], tenant) == set(), name
