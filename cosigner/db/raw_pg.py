@@ -24,6 +24,10 @@ acknowledging after a later synchronous flush was tried (session 5) and not kept
 retried request id read by another replica between the two could be answered from rows
 not yet on disk, and no throughput gain was measured on this machine.
 
+Each statement is prepared once per connection and runs on its generic plan (the
+connection's ``plan_cache_mode``), written so that this plan probes the unique keys
+even when it was made on a fresh, empty database (see the guard's note).
+
 The same rows, lock order and redo semantics as the SQLAlchemy path; a redo item by item
 takes that path (:func:`cosigner.db.batch.savepoint_runner`). Every SQL text the raw
 PostgreSQL path sends is in this module; inserts are built from the table metadata
@@ -110,11 +114,7 @@ class PgLink:
             try:
                 conn = await asyncpg.connect(*cargs, **cparams)
                 if cparams.get("statement_cache_size", 1):
-                    try:
-                        await conn.execute(_GENERIC_PLANS)
-                    except BaseException:
-                        conn.terminate()
-                        raise
+                    await _keep_generic_plans(conn)
                 self.conn = conn
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.error("database transaction failed: %s: %s", type(exc).__name__, exc)
@@ -188,6 +188,21 @@ class PgLink:
 #: at 8 a batch). Every statement here is written so that its generic plan is the right
 #: one whatever the tables hold (see the guard's note).
 _GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+
+async def _keep_generic_plans(conn: asyncpg.Connection) -> None:
+    """:data:`_GENERIC_PLANS` on a new link connection. A server that refuses it (before
+    PostgreSQL 12, or a pooler that forbids SET) keeps its own choice: logged, not an
+    error. Raises the connection's errors (closed first)."""
+    import asyncpg
+    try:
+        await conn.execute(_GENERIC_PLANS)
+    except asyncpg.PostgresError as exc:
+        log.warning("plan_cache_mode not set on the batch connection: %s: %s",
+                    type(exc).__name__, exc)
+    except BaseException:
+        conn.terminate()
+        raise
+
 
 #: The batch transaction's first statement (commits under the server's own, synchronous,
 #: ``synchronous_commit``).

@@ -272,6 +272,8 @@ async def test_the_urls_statement_cache_size_reaches_the_batch_connection(
         link = raw_pg.PgLink(db)
         conn = await link.connect()
         assert conn._stmt_cache.get_max_size() == 0  # noqa: SLF001
+        # No statement kept, so no plan kept: the pooler's server session is left as is.
+        assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
     finally:
         await db.dispose()
 
