@@ -272,5 +272,47 @@ async def test_the_urls_statement_cache_size_reaches_the_batch_connection(
         link = raw_pg.PgLink(db)
         conn = await link.connect()
         assert conn._stmt_cache.get_max_size() == 0  # noqa: SLF001
+        # No statement kept, so no plan kept: the pooler's server session is left as is.
+        assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
     finally:
         await db.dispose()
+
+
+async def test_generic_plans_on_empty_tables_probe_the_unique_keys(harness: Any) -> None:
+    """The link keeps each statement's generic plan (``plan_cache_mode``), so that plan
+    must search the right index even when planned on empty, never analysed tables (a
+    fresh database): before session 9 the head's ``EXISTS (… seq = …)`` searched
+    ``(tenant, time)`` and filtered on seq, and the guard scanned ``decisions``, for the
+    life of the connection. Empty copies of the tables (temporary: they hide the shared
+    database's own) stand for a fresh database."""
+    link = raw_pg.PgLink(harness.db)
+    try:
+        async with link.transaction() as pg:
+            assert await pg.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
+            for name in ("decisions", "runs", "approvals", "audit_events", "audit_heads"):
+                await pg.execute(f"CREATE TEMP TABLE {name} (LIKE public.{name} "
+                                 "INCLUDING ALL) ON COMMIT DROP")
+            await pg.execute(f"PREPARE s9_guard AS {raw_pg._GUARD}")  # noqa: SLF001
+            await pg.execute(f"PREPARE s9_head AS {raw_pg._HEAD}")  # noqa: SLF001
+            guard = "\n".join(r[0] for r in await pg.fetch(
+                "EXPLAIN EXECUTE s9_guard('{t}', '{r}', '{t}', '{r}', '{t}', '{r}', "
+                "'{x}', '{h}')"))
+            head = "\n".join(r[0] for r in await pg.fetch("EXPLAIN EXECUTE s9_head('t')"))
+            await pg.execute("DEALLOCATE s9_guard")
+            await pg.execute("DEALLOCATE s9_head")
+            raise _Rollback
+    except _Rollback:
+        pass
+    finally:
+        await link.close()
+    assert "Seq Scan" not in guard and "Filter: ((k.r)" in guard, guard
+    conds = [line.strip() for line in guard.splitlines() if "Index Cond" in line]
+    assert len(conds) == 3, guard
+    assert "(request_id)::text >= (k.r)::text" in conds[0], guard
+    assert "run_id >= (k_1.r)::text" in conds[1], guard
+    assert "args_hash >= (k_2.h)::text" in conds[2] and "tool = " in conds[2], guard
+    assert "Index Cond: ((tenant = (h.tenant)::text) AND (seq >= h.seq))" in head, head
+
+
+class _Rollback(Exception):
+    pass
