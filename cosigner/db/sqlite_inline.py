@@ -77,3 +77,78 @@ def inline_creator(path: str, *, busy_timeout_ms: int) -> Callable[[], InlineCon
         return InlineConnection(connector, busy_timeout_ms=busy_timeout_ms)
 
     return create
+
+
+def sqlite_pragmas(dbapi_connection: Any, busy_timeout_ms: int) -> None:
+    """Configure a fresh SQLite connection (``sqlite3`` or SQLAlchemy's adapter of it):
+    autocommit mode (BEGIN is issued explicitly), WAL, ``foreign_keys=ON``,
+    ``busy_timeout`` in ms, and ``synchronous=FULL`` (a commit is on disk before a
+    decision is answered, DESIGN invariant 2)."""
+    # Let us issue BEGIN ourselves (pysqlite's implicit BEGIN is DEFERRED).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.close()
+
+
+class WriterConnection:
+    """The write connection of one SQLite file, kept open between group-commit batches
+    (:func:`cosigner.db.raw_transaction.raw_transaction`).
+
+    A pool check-out per batch (greenlet hop, checkout and reset-on-return events) cost
+    more than the batch's own statements at low concurrency (bench/README.md, issue 20).
+    Writers of one process are already serialized by
+    :meth:`cosigner.db.database.Database._sqlite_writer`, so one connection is enough; it
+    holds no lock between batches (autocommit mode), so other processes write the file
+    as before. ``busy`` marks it in use; a caller that finds it busy (a second event loop
+    on the same :class:`~cosigner.db.database.Database`) takes a pooled connection.
+    """
+
+    def __init__(self, path: str, *, busy_timeout_ms: int) -> None:
+        self._create = inline_creator(path, busy_timeout_ms=busy_timeout_ms)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._driver: InlineConnection | None = None
+        self.busy = False
+        #: Connections opened, for tests and metrics (a discard makes the next batch open one).
+        self.opened = 0
+
+    async def connection(self) -> InlineConnection:
+        """The open connection, opened and configured first if there is none.
+
+        Raises:
+            sqlite3.Error: the file cannot be opened or configured.
+        """
+        driver = self._driver
+        if driver is not None and driver._connection is not None and driver._running:
+            return driver
+        driver = self._create()
+        await driver  # starts its worker thread and connects there
+        try:
+            assert driver._connection is not None
+            sqlite_pragmas(driver._connection, self._busy_timeout_ms)
+        except BaseException:
+            driver.stop()
+            raise
+        self._driver = driver
+        self.opened += 1
+        return driver
+
+    def discard(self) -> None:
+        """Close the connection after whatever its worker thread still runs (an
+        interrupted COMMIT finishes or fails first; an open transaction rolls back on
+        close); the next batch opens a new one. Never touches the ``sqlite3`` connection
+        from this thread, so it is safe while a COMMIT is in flight."""
+        driver, self._driver = self._driver, None
+        if driver is not None and driver._running:
+            driver.stop()
+
+    async def close(self) -> None:
+        """Close the connection (on dispose); a later batch opens a new one."""
+        driver, self._driver = self._driver, None
+        if driver is not None and driver._running:
+            future = driver.stop()
+            if future is not None:
+                await future
