@@ -2,12 +2,13 @@
 
 Each request hands its write to :meth:`GroupCommitter.submit` and waits; one drain task
 takes up to ``max_batch`` queued items (waiting at most ``max_wait_s`` for more once the
-first arrives, but only while other writes are in flight: see below), runs ``run_batch(items)`` — one transaction, one COMMIT — and only then
-resolves each waiter with its own result or error. So throughput is not bounded by one
-fsync per decision, and no request is acknowledged before the COMMIT that holds its
-write (DESIGN invariant 2). If the batch fails as a whole, every waiter in it gets
-:class:`cosigner.core.errors.Unavailable` (HTTP 503, treated as deny) — never a hang, never an
-acknowledgement.
+first arrives, but only while other writes are in flight: see below), runs
+``run_batch(items)`` — one transaction, one COMMIT — and only then resolves each waiter
+with its own result or error. So throughput is not bounded by one fsync per decision,
+and no request is acknowledged before the COMMIT that holds its write (DESIGN
+invariant 2). If the batch fails as a whole, every waiter in it gets
+:class:`cosigner.core.errors.Unavailable` (HTTP 503, treated as deny) — never a hang,
+never an acknowledgement.
 
 Bounded and fair: the queue holds at most ``max_queue`` items, and one fairness ``key``
 (the tenant) at most ``max_queue_per_key`` of them; past either bound ``submit`` raises
