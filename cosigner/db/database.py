@@ -140,7 +140,10 @@ class Database:
         if lock is None:
             lock = self._write_locks[loop] = asyncio.Lock()
         try:
-            async with asyncio.timeout(self._busy_timeout_ms / 1000):
+            if lock.locked() or getattr(lock, "_waiters", None):
+                async with asyncio.timeout(self._busy_timeout_ms / 1000):
+                    await lock.acquire()
+            else:  # free and nobody queued: taken without suspending, no timer needed
                 await lock.acquire()
         except TimeoutError:
             log.error("database transaction failed: write lock wait expired")
