@@ -4,7 +4,9 @@ The whole ASGI app (middlewares, the lean route, the use case, the group commit 
 COMMIT thread) serves synthetic requests from ``--c`` concurrent tasks; the figure is the
 process's CPU time (user + system, every thread) per request. No load generator shares
 the cores, so on a busy machine it is steadier than ``bench/run.py``'s server CPU, but it
-leaves out the HTTP server (uvicorn + httptools: ~40–50 µs a request). Run it against
+leaves out the HTTP server (uvicorn + httptools: ~40–50 µs a request). The wall-clock
+rate (requests per second of the round) and the mean decision-log batch are printed too:
+at low ``--c`` they show waits (fsync, batch timers) that CPU time does not. Run it against
 another checkout with ``--code DIR`` (e.g. a ``git archive`` of main) to compare::
 
     .venv/bin/python bench/hot_cost.py --system redeem [--n 1500] [--c 16] [--rounds 2]
@@ -42,7 +44,8 @@ def _decision(tag: str, amount: int) -> bytes:
         separators=(",", ":")).encode()
 
 
-async def _measure(args: argparse.Namespace, url: str, keys: Path) -> list[float]:
+async def _measure(args: argparse.Namespace, url: str, keys: Path
+                   ) -> list[tuple[float, float, float]]:
     from cosigner.app import create_app
     from cosigner.core.clock import system_clock
     from cosigner.core.settings import Settings
@@ -111,10 +114,14 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path) -> list[float
                 for path, body in queue:
                     await one(path, body)
 
-            started = time.process_time()
+            stats = app.state.context.log_writer.stats
+            batches, items = stats.batches, stats.items
+            started, wall = time.process_time(), time.perf_counter()
             await asyncio.gather(*(worker(queue) for _ in range(args.c)))
             if round_no:
-                results.append((time.process_time() - started) / n * 1e6)
+                results.append(((time.process_time() - started) / n * 1e6,
+                                n / (time.perf_counter() - wall),
+                                (stats.items - items) / max(1, stats.batches - batches)))
     if failures:
         sys.exit(f"{len(failures)} requests failed, e.g. {failures[0]!r}")
     return results
@@ -144,7 +151,9 @@ def main() -> int:
         uvloop.install()
         results = asyncio.run(_measure(args, url, Path(tmp) / "keys"))
     print(f"{args.system} {Path(cosigner.__file__).parent.parent} c={args.c} n={args.n}: "
-          "CPU µs/req " + " / ".join(f"{r:.0f}" for r in results))
+          "CPU µs/req " + " / ".join(f"{cpu:.0f}" for cpu, _, _ in results)
+          + "; wall req/s " + " / ".join(f"{rate:.0f}" for _, rate, _ in results)
+          + "; items/batch " + " / ".join(f"{size:.1f}" for _, _, size in results))
     return 0
 
 

@@ -6,7 +6,8 @@
 * the decision-log and refusal writers (group committers, :mod:`cosigner.db.group_commit`);
 * the approval expiry sweep: every ``settings.sweep_every_s`` due requests move to
   ``expired`` (expiry does not depend on it – reviews and reads expire a due request
-  themselves – but the log then shows expiries nobody looked at);
+  themselves – but the log then shows expiries nobody looked at); a round with nothing
+  due is one statement (:func:`cosigner.db.polls.poll_rows`);
 * the policy follower: the stored active/shadow versions (:mod:`cosigner.policy.follower`,
   which also records what this process loaded);
 * the audit checkpointer (signed checkpoints) and the keyring's startup events;
@@ -28,13 +29,18 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from sqlalchemy import bindparam, select
+
 from cosigner.approvals.requests import expire_due
 from cosigner.audit.checkpoints import Checkpointer
 from cosigner.audit.system import record_keyring
 from cosigner.context import AppContext
 from cosigner.core.errors import CosignerError
 from cosigner.db import generations
+from cosigner.db.polls import poll_rows
+from cosigner.db.raw_sql import RawStatement
 from cosigner.db.replica_sync import ReplicaSync
+from cosigner.db.tables_approvals import approvals
 from cosigner.keys.store import KeyringFollower
 from cosigner.policy.follower import PolicyFollower
 
@@ -43,6 +49,10 @@ if TYPE_CHECKING:  # imported below when configured (idle memory, issue 20)
     from cosigner.webhooks.worker import WebhookWorker
 
 log = logging.getLogger("cosigner.tasks")
+
+#: Whether the sweep has anything to do (the condition of :func:`expire_due`).
+_ANY_DUE = RawStatement(select(approvals.c.id).where(
+    approvals.c.status == "pending", approvals.c.expires_at <= bindparam("now")).limit(1))
 
 
 class Tasks:
@@ -141,6 +151,9 @@ class Tasks:
         self._loops.append(asyncio.create_task(loop(), name=name))
 
     async def _sweep_once(self) -> None:
-        count = await expire_due(self.ctx.db, self.ctx.clock(), settings=self.ctx.settings)
+        now = self.ctx.clock()
+        if not await poll_rows(self.ctx.db, _ANY_DUE, {"now": now}):
+            return
+        count = await expire_due(self.ctx.db, now, settings=self.ctx.settings)
         if count:
             log.info("ended %d approval stages (expired or escalated)", count)

@@ -179,7 +179,8 @@ class Settings(BaseSettings):
     #: Shortest reason (characters, after trimming) a break-glass authorisation accepts.
     break_glass_min_reason_chars: int = Field(default=20, ge=1, le=2000)
     #: Group commit of decisions: at most this many per transaction, and the longest a
-    #: first decision waits for others to join its batch (ms).
+    #: first decision waits for others to join its batch (ms) — only while other writes
+    #: are in flight; a lone decision commits at once (cosigner.db.group_commit).
     log_batch_max: int = Field(default=64, ge=1, le=1000)
     log_batch_wait_ms: float = Field(default=1.0, ge=0, le=100)
     #: SQLite: how long a write waits for the database lock before it fails (503, deny).

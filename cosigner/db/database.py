@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from cosigner.core.errors import Conflict, Unavailable
 from cosigner.db.raw_sql import close_reader
-from cosigner.db.sqlite_inline import inline_creator
+from cosigner.db.sqlite_inline import WriterConnection, inline_creator, sqlite_pragmas
 
 log = logging.getLogger("cosigner.db")
 
@@ -92,6 +92,9 @@ class Database:
         self.on_dispose: list[Callable[[], Awaitable[None]]] = []
         self._write_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
                                                      asyncio.Lock] = weakref.WeakKeyDictionary()
+        #: The kept write connection of a SQLite file (group-commit batches,
+        #: :func:`cosigner.db.raw_transaction.raw_transaction`); ``None`` otherwise.
+        self.sqlite_write_connection: WriterConnection | None = None
         if not self.is_sqlite:
             size = pool_size or 10
             self.engine: AsyncEngine = create_async_engine(
@@ -112,6 +115,8 @@ class Database:
             self.engine = create_async_engine(
                 url, async_creator=inline_creator(path, busy_timeout_ms=busy_timeout_ms),
                 **pooling)
+            self.sqlite_write_connection = WriterConnection(
+                path, busy_timeout_ms=busy_timeout_ms)
         else:
             self.engine = create_async_engine(
                 url, connect_args={"timeout": busy_timeout_ms / 1000}, **pooling)
@@ -135,7 +140,10 @@ class Database:
         if lock is None:
             lock = self._write_locks[loop] = asyncio.Lock()
         try:
-            async with asyncio.timeout(self._busy_timeout_ms / 1000):
+            if lock.locked() or getattr(lock, "_waiters", None):
+                async with asyncio.timeout(self._busy_timeout_ms / 1000):
+                    await lock.acquire()
+            else:  # free and nobody queued: taken without suspending, no timer needed
                 await lock.acquire()
         except TimeoutError:
             log.error("database transaction failed: write lock wait expired")
@@ -195,6 +203,8 @@ class Database:
         close_reader(self)  # the raw read connection (cosigner.db.raw_sql), if opened
         for close in self.on_dispose:
             await close()
+        if self.sqlite_write_connection is not None:
+            await self.sqlite_write_connection.close()
         await self.engine.dispose()
         if self.bulk_engine is not self.engine:
             await self.bulk_engine.dispose()
@@ -208,15 +218,7 @@ def _short(exc: BaseException) -> str:
 def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let us issue BEGIN ourselves (pysqlite's implicit BEGIN is DEFERRED).
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        # FULL: a commit is on disk before a decision is answered (invariant 2).
-        cursor.execute("PRAGMA synchronous=FULL")
-        cursor.close()
+        sqlite_pragmas(dbapi_connection, busy_timeout_ms)
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:

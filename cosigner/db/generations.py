@@ -10,10 +10,16 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from cosigner.db.database import Database
+from cosigner.db.polls import poll_rows
+from cosigner.db.raw_sql import RawStatement
 from cosigner.db.tables_keys import replica_generations
 
 SIGNING_KEYS = "signing_keys"
 CREDENTIALS = "credentials"
+
+_READ_ALL = RawStatement(select(replica_generations.c.name,
+                                replica_generations.c.generation))
 
 
 async def bump(conn: AsyncConnection, name: str) -> None:
@@ -23,8 +29,10 @@ async def bump(conn: AsyncConnection, name: str) -> None:
                        .values(generation=table.c.generation + 1))
 
 
-async def read_all(conn: AsyncConnection) -> dict[str, int]:
-    """Every generation, by name."""
-    rows = (await conn.execute(select(replica_generations.c.name,
-                                      replica_generations.c.generation))).all()
-    return {row.name: int(row.generation) for row in rows}
+async def read_all(db: Database) -> dict[str, int]:
+    """Every generation, by name: one statement (:func:`cosigner.db.polls.poll_rows`).
+
+    Raises:
+        Unavailable ``storage_unavailable``: the database cannot be read.
+    """
+    return {name: int(generation) for name, generation in await poll_rows(db, _READ_ALL)}

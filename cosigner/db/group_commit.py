@@ -2,12 +2,13 @@
 
 Each request hands its write to :meth:`GroupCommitter.submit` and waits; one drain task
 takes up to ``max_batch`` queued items (waiting at most ``max_wait_s`` for more once the
-first arrives), runs ``run_batch(items)`` — one transaction, one COMMIT — and only then
-resolves each waiter with its own result or error. So throughput is not bounded by one
-fsync per decision, and no request is acknowledged before the COMMIT that holds its
-write (DESIGN invariant 2). If the batch fails as a whole, every waiter in it gets
-:class:`cosigner.core.errors.Unavailable` (HTTP 503, treated as deny) — never a hang, never an
-acknowledgement.
+first arrives, but only while other writes are in flight: see below), runs
+``run_batch(items)`` — one transaction, one COMMIT — and only then resolves each waiter
+with its own result or error. So throughput is not bounded by one fsync per decision,
+and no request is acknowledged before the COMMIT that holds its write (DESIGN
+invariant 2). If the batch fails as a whole, every waiter in it gets
+:class:`cosigner.core.errors.Unavailable` (HTTP 503, treated as deny) — never a hang,
+never an acknowledgement.
 
 Bounded and fair: the queue holds at most ``max_queue`` items, and one fairness ``key``
 (the tenant) at most ``max_queue_per_key`` of them; past either bound ``submit`` raises
@@ -16,6 +17,14 @@ reports the shed to :class:`cosigner.core.load.Shedding`, so nothing waits witho
 and a flooding tenant is refused while another tenant still gets in. Each key has its own
 FIFO and a batch is filled round-robin over the keys with work, so a tenant with one
 queued decision waits for at most one batch, however many the flooding tenant queued.
+
+Gathering only with siblings (PostgreSQL's ``commit_delay`` with ``commit_siblings``):
+a batch waits for more items only when it already holds several, or when some item
+arrived while the previous batch was gathering or committing — i.e. when other writers
+were in flight at the same time. A lone request (one client, or a quiet moment) is
+committed at once instead of paying ``max_wait_s``; under concurrency batches form as
+before. The signal lasts one batch: a batch during which nothing arrived lets the next
+one commit at once again.
 """
 
 from __future__ import annotations
@@ -85,6 +94,8 @@ class GroupCommitter(Generic[I]):
         self._turns: deque[str] = deque()  # keys with queued items, in round-robin order
         self._size = 0
         self._busy = False
+        #: An item arrived while a batch was gathering or committing (see the module doc).
+        self._siblings = False
         self._arrived = asyncio.Event()
         #: While a batch gathers: resolved when the queue can fill it (see _gather).
         self._filled: asyncio.Future[None] | None = None
@@ -142,6 +153,8 @@ class GroupCommitter(Generic[I]):
             self._turns.append(key)
         queue.append(pending)
         self._size += 1
+        if self._busy:
+            self._siblings = True
         filled = self._filled
         if filled is None:
             self._arrived.set()
@@ -181,7 +194,8 @@ class GroupCommitter(Generic[I]):
             self._busy = True
             try:
                 self._take(batch)
-                if len(batch) < self._max_batch and self._max_wait_s > 0:
+                siblings, self._siblings = self._siblings or len(batch) > 1, False
+                if siblings and len(batch) < self._max_batch and self._max_wait_s > 0:
                     await self._gather(loop, self._max_batch - len(batch))
                     self._take(batch)
                 await self._commit(batch)

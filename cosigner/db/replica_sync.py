@@ -43,8 +43,7 @@ class ReplicaSync:
         Raises:
             Unavailable: the database cannot be reached.
         """
-        async with self._db.read() as conn:
-            current = await generations.read_all(conn)
+        current = await generations.read_all(self._db)
         now = self._clock()
         for name, follower in self._followers.items():
             await follower(current.get(name, 0), now)

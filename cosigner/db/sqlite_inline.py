@@ -44,6 +44,9 @@ class InlineConnection(aiosqlite.Connection):
                  busy_timeout_ms: int) -> None:
         super().__init__(connector, iter_chunk_size=64)
         self._busy_timeout_ms = int(busy_timeout_ms)
+        #: ``busy_timeout`` is 0 between calls, not only for the first ``BEGIN IMMEDIATE``
+        #: try (:meth:`WriterConnection.connection`): two PRAGMAs fewer per transaction.
+        self._waits_never = False
         # A worker left behind by a connection that was never closed must not keep the
         # process alive (SQLAlchemy's aiosqlite dialect does the same).
         self._thread.daemon = True
@@ -55,16 +58,42 @@ class InlineConnection(aiosqlite.Connection):
         if fn == conn.commit:
             return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
         if _begins_write(args):
-            conn.execute("PRAGMA busy_timeout=0")
+            if not self._waits_never:
+                conn.execute("PRAGMA busy_timeout=0")
             try:
                 return fn(*args, **kwargs)
             except sqlite3.OperationalError as exc:
                 if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
                     raise
             finally:
-                conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+                if not self._waits_never:
+                    conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+            if self._waits_never:
+                return await super()._execute(  # type: ignore[no-untyped-call]
+                    _waiting, conn, self._busy_timeout_ms, fn, *args, **kwargs)
             return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
         return fn(*args, **kwargs)
+
+    def never_wait_between_calls(self) -> None:
+        """Keep ``busy_timeout`` at 0 except while a ``BEGIN IMMEDIATE`` waits for another
+        process on the worker thread. Only for a connection in WAL mode that runs nothing
+        but write transactions: once ``BEGIN IMMEDIATE`` holds the write lock, its
+        statements, ``COMMIT`` (and the passive autocheckpoint after it) and ``ROLLBACK``
+        take no lock that could be busy."""
+        assert self._connection is not None
+        self._connection.execute("PRAGMA busy_timeout=0")
+        self._waits_never = True
+
+
+def _waiting(conn: sqlite3.Connection, busy_timeout_ms: int, fn: Callable[..., Any],
+             *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with ``busy_timeout`` ``busy_timeout_ms``, then 0 again (on
+    the worker thread of a :meth:`InlineConnection.never_wait_between_calls` connection)."""
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        conn.execute("PRAGMA busy_timeout=0")
 
 
 def inline_creator(path: str, *, busy_timeout_ms: int) -> Callable[[], InlineConnection]:
@@ -77,3 +106,81 @@ def inline_creator(path: str, *, busy_timeout_ms: int) -> Callable[[], InlineCon
         return InlineConnection(connector, busy_timeout_ms=busy_timeout_ms)
 
     return create
+
+
+def sqlite_pragmas(dbapi_connection: Any, busy_timeout_ms: int) -> None:
+    """Configure a fresh SQLite connection (``sqlite3`` or SQLAlchemy's adapter of it):
+    autocommit mode (BEGIN is issued explicitly), WAL, ``foreign_keys=ON``,
+    ``busy_timeout`` in ms, and ``synchronous=FULL`` (a commit is on disk before a
+    decision is answered, DESIGN invariant 2)."""
+    # Let us issue BEGIN ourselves (pysqlite's implicit BEGIN is DEFERRED).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.close()
+
+
+class WriterConnection:
+    """The write connection of one SQLite file, kept open between group-commit batches
+    (:func:`cosigner.db.raw_transaction.raw_transaction`).
+
+    A pool check-out per batch (greenlet hop, checkout and reset-on-return events) cost
+    more than the batch's own statements at low concurrency (bench/README.md, issue 20).
+    Writers of one process are already serialized by
+    :meth:`cosigner.db.database.Database._sqlite_writer`, so one connection is enough; it
+    holds no lock between batches (autocommit mode), so other processes write the file
+    as before. ``busy`` marks it in use; a caller that finds it busy (a second event loop
+    on the same :class:`~cosigner.db.database.Database`) takes a pooled connection.
+    """
+
+    def __init__(self, path: str, *, busy_timeout_ms: int) -> None:
+        self._create = inline_creator(path, busy_timeout_ms=busy_timeout_ms)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._driver: InlineConnection | None = None
+        self.busy = False
+        #: Connections opened, for tests and metrics (a discard makes the next batch open one).
+        self.opened = 0
+
+    async def connection(self) -> InlineConnection:
+        """The open connection, opened and configured first if there is none.
+
+        Raises:
+            sqlite3.Error: the file cannot be opened or configured.
+        """
+        driver = self._driver
+        if driver is not None and driver._connection is not None and driver._running:
+            return driver
+        driver = self._create()
+        await driver  # starts its worker thread and connects there
+        try:
+            assert driver._connection is not None
+            sqlite_pragmas(driver._connection, self._busy_timeout_ms)
+            mode = driver._connection.execute("PRAGMA journal_mode").fetchone()
+            if mode is not None and str(mode[0]).lower() == "wal":
+                driver.never_wait_between_calls()
+        except BaseException:
+            driver.stop()
+            raise
+        self._driver = driver
+        self.opened += 1
+        return driver
+
+    def discard(self) -> None:
+        """Close the connection after whatever its worker thread still runs (an
+        interrupted COMMIT finishes or fails first; an open transaction rolls back on
+        close); the next batch opens a new one. Never touches the ``sqlite3`` connection
+        from this thread, so it is safe while a COMMIT is in flight."""
+        driver, self._driver = self._driver, None
+        if driver is not None and driver._running:
+            driver.stop()
+
+    async def close(self) -> None:
+        """Close the connection (on dispose); a later batch opens a new one."""
+        driver, self._driver = self._driver, None
+        if driver is not None and driver._running:
+            future = driver.stop()
+            if future is not None:
+                await future

@@ -15,6 +15,8 @@ with :func:`hmac.compare_digest`. Identity always comes from here, never from a 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import hmac
 import re
@@ -41,6 +43,9 @@ _KEY_RE = re.compile(r"^csk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})\Z")
 #: How long a looked-up key id (known or not) stays cached in process (s). A disable is
 #: followed sooner, through the credential generation (:meth:`KeyAuthenticator.observe`).
 KEY_CACHE_TTL_S = 10.0
+#: Key ids cached at most; past it unknown ids are dropped first (a flood of made-up ids
+#: cannot evict the keys in use), then everything.
+KEY_CACHE_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,11 +211,18 @@ class KeyAuthenticator:
     is consulted only while the entry it points to is still the cached one and fresh.
     Lookups in it are by keyed string hash (SipHash), so its timing says nothing about
     how much of a guess matches.
+
+    Single flight: concurrent lookups of one key id share one database read (a cold
+    burst of N requests with one key makes one read, not N). A request joins only a read
+    started under the current cache: a generation bump or :meth:`forget` makes later
+    requests start their own, so a disable is never answered by a read begun before it.
     """
 
     def __init__(self, db: Database) -> None:
         self._db = db
         self._cache: dict[str, _CacheEntry] = {}
+        #: Reads in flight by key id, for the current cache only (emptied with it).
+        self._inflight: dict[str, asyncio.Task[_CacheEntry]] = {}
         self._verified: dict[str, tuple[str, _CacheEntry]] = {}  # key → (id, its entry)
         self._generation: int | None = None
         self._fresh_until = 0.0  # time.monotonic() after which the cache is not trusted
@@ -221,6 +233,7 @@ class KeyAuthenticator:
         if generation != self._generation:
             self._cache = {}
             self._verified = {}
+            self._inflight = {}
             self._generation = generation
         self._fresh_until = time.monotonic() + fresh_for_s
 
@@ -278,6 +291,18 @@ class KeyAuthenticator:
         return entry.caller
 
     async def _lookup(self, key_id: str, now: float) -> _CacheEntry:
+        """The entry of ``key_id`` from the database, sharing a read already in flight
+        for it under the current cache (see the class docstring)."""
+        inflight = self._inflight
+        task = inflight.get(key_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._read(key_id, now))
+            inflight[key_id] = task
+            task.add_done_callback(functools.partial(_landed, inflight, key_id))
+        # Shielded: one waiter cancelled (its client went away) does not cancel the others'.
+        return await asyncio.shield(task)
+
+    async def _read(self, key_id: str, now: float) -> _CacheEntry:
         generation, cache = self._generation, self._cache
         async with self._db.read() as conn:
             row = (await conn.execute(
@@ -298,15 +323,35 @@ class KeyAuthenticator:
                 roles=frozenset(row.roles), kind="key"))
         # Not stored when a new generation was observed meanwhile: the row may predate it.
         if generation == self._generation and cache is self._cache:
-            if len(cache) > 10_000:
-                cache.clear()
+            if len(cache) >= KEY_CACHE_MAX:
+                _evict(cache)
             cache[key_id] = entry
         return entry
 
     def forget(self) -> None:
-        """Drop cached keys (after a principal is disabled in this process)."""
+        """Drop cached keys and reads in flight (after a principal is disabled in this
+        process)."""
         self._cache = {}
         self._verified = {}
+        self._inflight = {}
+
+
+def _landed(inflight: dict[str, asyncio.Task[_CacheEntry]], key_id: str,
+            task: asyncio.Task[_CacheEntry]) -> None:
+    """A read finished: later lookups start their own (or hit the cache it filled)."""
+    if inflight.get(key_id) is task:
+        del inflight[key_id]
+    if not task.cancelled():
+        task.exception()  # retrieved here too: every waiter may have gone
+
+
+def _evict(cache: dict[str, _CacheEntry]) -> None:
+    """Make room in a full cache: drop the negative entries (unknown, revoked, disabled),
+    or everything when the known keys alone fill it."""
+    for key_id in [k for k, entry in cache.items() if entry.caller is None]:
+        del cache[key_id]
+    if len(cache) >= KEY_CACHE_MAX // 2:
+        cache.clear()
 
 
 @dataclass(frozen=True, slots=True)

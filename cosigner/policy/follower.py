@@ -2,8 +2,9 @@
 
 At start the follower stores the first activation of each loaded bundle that was never
 activated, logs what this process loaded, and installs the stored state. Then it polls
-``policy_state`` every ``policy_poll_interval_ms``: when a row's ``generation`` moved, it
-installs the new state (one atomic snapshot swap). When the state names a version (or
+``policy_state`` every ``policy_poll_interval_ms``: one statement reads each row's
+``generation`` (:func:`cosigner.db.polls.poll_rows`); only when one moved does it read the
+rows and install the new state (one atomic snapshot swap). When the state names a version (or
 revision) this process has not loaded, it first reloads its own disk once for that
 state (another replica was reloaded with new files); a version still not there leaves
 that bundle's tenants denied ``policy_not_loaded`` and is logged as an error.
@@ -17,11 +18,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from sqlalchemy import select
+
 from cosigner.audit.system import SYSTEM_ACTOR
 from cosigner.core.clock import Clock
 from cosigner.core.errors import CosignerError
 from cosigner.core.roles import SYSTEM_TENANT
 from cosigner.db.database import Database
+from cosigner.db.polls import poll_rows
+from cosigner.db.raw_sql import RawStatement
+from cosigner.db.tables_policy import policy_state
 from cosigner.policy.admin import store_disk_state
 from cosigner.policy.cases import check_bundle
 from cosigner.policy.state import BundleState, change_lock, fingerprint, read_state
@@ -31,6 +37,9 @@ log = logging.getLogger("cosigner.policy")
 
 #: The actor of first activations and of what a process loads: this server itself.
 ACTOR = {**SYSTEM_ACTOR, "tenant": SYSTEM_TENANT}
+
+#: What a poll reads: the state's fingerprint (:func:`cosigner.policy.state.fingerprint`).
+_GENERATIONS = RawStatement(select(policy_state.c.bundle_id, policy_state.c.generation))
 
 
 def needs_disk(snap: PolicySnapshot, state: dict[str, BundleState]) -> bool:
@@ -75,7 +84,16 @@ class PolicyFollower:
                       "be read: %s", exc.detail)
 
     async def sync(self) -> bool:
-        """Install the stored state if it changed; True when it did."""
+        """Install the stored state if it changed; True when it did. An unchanged state
+        costs one statement (the generations).
+
+        Raises:
+            Unavailable ``storage_unavailable``: the database cannot be read.
+        """
+        if self._applied is not None and {
+                bundle_id: int(generation) for bundle_id, generation
+                in await poll_rows(self.db, _GENERATIONS)} == self._applied:
+            return False
         async with self.db.read() as conn:
             state = await read_state(conn)
         seen = fingerprint(state)

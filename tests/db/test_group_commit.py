@@ -102,3 +102,55 @@ async def test_bounds_shed_at_once_and_batches_take_tenants_in_turn() -> None:
     await committer.stop()
     # Round-robin: b0 rides in the batch right after a0's, not behind all of a's.
     assert batches == [["a0"], ["a1", "b0", "a2"], ["b1", "a3"]]
+
+
+async def test_a_lone_write_is_not_held_by_the_gather_timer() -> None:
+    # One writer at a time (a single client): nothing else is in flight, so each write
+    # commits at once instead of waiting max_wait_s for company that cannot come.
+    batches: list[list[int]] = []
+
+    async def run(items: list[int]) -> list[object]:
+        batches.append(items)
+        return list(items)
+
+    committer: GroupCommitter[int] = GroupCommitter(run, max_batch=8, max_wait_s=5.0)
+    committer.start()
+    loop = asyncio.get_running_loop()
+    for i in range(3):
+        started = loop.time()
+        assert await committer.submit(i) == i
+        assert loop.time() - started < 1.0  # the timer (5 s) never ran
+    await committer.stop()
+    assert batches == [[0], [1], [2]]
+
+
+async def test_a_batch_gathers_while_other_writes_are_in_flight() -> None:
+    # b arrives while a's batch commits (two writers in flight): the next batch waits
+    # for company, and c, arriving 20 ms later, joins b's batch instead of its own.
+    batches: list[list[str]] = []
+    first_commit = asyncio.Event()
+    release = asyncio.Event()
+
+    async def run(items: list[str]) -> list[object]:
+        batches.append(items)
+        if items == ["a"]:
+            first_commit.set()
+            await release.wait()
+        return list(items)
+
+    committer: GroupCommitter[str] = GroupCommitter(run, max_batch=2, max_wait_s=5.0)
+    committer.start()
+    loop = asyncio.get_running_loop()
+    a = asyncio.create_task(committer.submit("a"))
+    await first_commit.wait()
+    b = asyncio.create_task(committer.submit("b"))
+    await asyncio.sleep(0)
+    b_at = loop.time()
+    release.set()
+    assert await a == "a"
+    await asyncio.sleep(0.02)
+    assert not b.done()  # held for company (max_wait_s), not committed alone
+    assert await committer.submit("c") == "c"
+    assert await b == "b" and loop.time() - b_at < 1.0  # a full batch ends the wait
+    await committer.stop()
+    assert batches == [["a"], ["b", "c"]]

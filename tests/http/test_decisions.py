@@ -196,6 +196,12 @@ async def test_database_gone_gives_503_never_allow(harness: Harness, tenant: str
     from cosigner.db.database import _configure_sqlite
 
     _configure_sqlite(harness.db.engine, 100)
+    if harness.db.sqlite_write_connection is not None:  # the batches' kept connection too
+        from cosigner.db.sqlite_inline import WriterConnection
+
+        await harness.db.sqlite_write_connection.close()
+        harness.db.sqlite_write_connection = WriterConnection(
+            "/nonexistent-dir/cosigner.db", busy_timeout_ms=100)
     # The key is still cached from the first call, so the failure is the decision's own.
     resp = await harness.client.post("/v1/decisions", headers=headers, json=decision_request())
     assert resp.status_code == 503

@@ -157,6 +157,9 @@ async def test_review_needs_core_after_a_raw_redeem_keeps_single_use(
     tokens = await _permits(harness, runtime, 2, "run-nc")
     args = decision_request()["args"]
     before = harness.context.log_writer.stats.batches
+    # As if other writes were in flight: the first redeem's batch gathers (a lone write
+    # would commit at once, cosigner.db.group_commit).
+    harness.context.log_writer._siblings = True
     first = asyncio.ensure_future(redeem(harness, runtime, tokens[0], "issue_refund", args))
     await asyncio.sleep(0.01)  # the first redeem queued first, in the same gathering batch
     answers = [await redeem(harness, runtime, tokens[1], "issue_refund", args), await first]

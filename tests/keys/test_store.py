@@ -209,8 +209,7 @@ async def test_a_new_credential_generation_empties_the_cache(fresh_db: Database)
     await auth.authenticate(key)  # cached: this process has not polled yet
     from cosigner.db import generations
 
-    async with fresh_db.read() as conn:
-        current = await generations.read_all(conn)
+    current = await generations.read_all(fresh_db)  # what the poll reads
     assert current[generations.CREDENTIALS] == 1
     auth.observe(current[generations.CREDENTIALS], fresh_for_s=60)
     with pytest.raises(Unauthenticated, match="revoked or principal disabled"):

@@ -1,0 +1,144 @@
+"""The kept SQLite write connection of group-commit batches (issue 20): one connection
+across batches, another process's write lock still waited for (up to the busy timeout),
+and a connection left in an unknown state never reused."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.exc import DBAPIError
+
+from cosigner.core.errors import Unavailable
+from cosigner.db.database import Database, UniqueViolation
+from cosigner.db.raw_transaction import raw_transaction
+from tests.conftest import migrated_database
+
+
+@pytest.fixture
+async def file_db(tmp_path: Path, sqlite_template: Path) -> AsyncIterator[Database]:
+    db = Database(migrated_database(tmp_path, "sqlite", None, sqlite_template),
+                  busy_timeout_ms=400)
+    async with db.transaction() as conn:
+        await conn.exec_driver_sql("CREATE TABLE w (x INTEGER PRIMARY KEY)")
+    yield db
+    await db.dispose()
+
+
+def _other_process(db: Database) -> sqlite3.Connection:
+    path = db.url.split("///", 1)[1]
+    return sqlite3.connect(path, isolation_level=None, timeout=0)
+
+
+def _rows(db: Database) -> list[int]:
+    conn = _other_process(db)
+    try:
+        return [x for (x,) in conn.execute("SELECT x FROM w ORDER BY x")]
+    finally:
+        conn.close()
+
+
+async def test_batches_share_one_connection_and_commit(file_db: Database) -> None:
+    writer = file_db.sqlite_write_connection
+    assert writer is not None
+    for i in range(5):
+        async with raw_transaction(file_db) as conn:
+            assert conn is not None
+            conn.execute("INSERT INTO w VALUES (?)", (i,))
+    assert writer.opened == 1
+    assert _rows(file_db) == [0, 1, 2, 3, 4]  # committed: another connection sees them
+    await file_db.dispose()  # closed; the next batch opens a new one
+    async with raw_transaction(file_db) as conn:
+        assert conn is not None
+        conn.execute("INSERT INTO w VALUES (5)")
+    assert writer.opened == 2 and _rows(file_db)[-1] == 5
+
+
+async def test_another_processs_write_lock_is_waited_for(file_db: Database) -> None:
+    other = _other_process(file_db)
+    try:
+        async with raw_transaction(file_db) as conn:  # open the kept connection first
+            assert conn is not None
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO w VALUES (100)")
+
+        async def batch() -> None:
+            async with raw_transaction(file_db) as conn:
+                assert conn is not None
+                conn.execute("INSERT INTO w VALUES (101)")
+
+        waiting = asyncio.create_task(batch())
+        await asyncio.sleep(0.1)
+        assert not waiting.done()  # waits for the lock (busy timeout 400 ms) ...
+        other.execute("COMMIT")
+        await asyncio.wait_for(waiting, 5)  # ... and commits once it is free
+        assert _rows(file_db) == [100, 101]
+
+        other.execute("BEGIN IMMEDIATE")  # held past the busy timeout: 503, nothing kept
+        with pytest.raises(Unavailable):
+            await batch()
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    writer = file_db.sqlite_write_connection
+    assert writer is not None and writer.opened == 1
+    async with raw_transaction(file_db) as conn:  # discarded after the failure: a new one
+        assert conn is not None
+        conn.execute("INSERT INTO w VALUES (102)")
+    assert writer.opened == 2 and _rows(file_db) == [100, 101, 102]
+
+
+async def test_a_failed_batch_leaves_nothing_and_no_open_transaction(
+        file_db: Database) -> None:
+    writer = file_db.sqlite_write_connection
+    assert writer is not None
+    with pytest.raises(UniqueViolation):
+        async with raw_transaction(file_db) as conn:
+            assert conn is not None
+            conn.execute("INSERT INTO w VALUES (1)")
+            try:
+                conn.execute("INSERT INTO w VALUES (1)")
+            except sqlite3.IntegrityError as exc:
+                raise DBAPIError.instance("INSERT", None, exc, sqlite3.Error) from exc
+    with pytest.raises(RuntimeError):
+        async with raw_transaction(file_db) as conn:
+            assert conn is not None
+            conn.execute("INSERT INTO w VALUES (2)")
+            raise RuntimeError("a refusal in the batch")
+    assert _rows(file_db) == []  # both rolled back
+    assert writer.opened == 1  # a rollback sufficed: the connection is kept
+    with pytest.raises(Unavailable):
+        async with raw_transaction(file_db) as conn:
+            assert conn is not None
+            try:
+                conn.execute("INSERT INTO nowhere VALUES (1)")
+            except sqlite3.Error as exc:
+                raise DBAPIError.instance("INSERT", None, exc, sqlite3.Error) from exc
+    async with raw_transaction(file_db) as conn:  # a database error: a new connection
+        assert conn is not None
+        conn.execute("INSERT INTO w VALUES (3)")
+    assert writer.opened == 2 and _rows(file_db) == [3]
+
+
+async def test_a_cancelled_commit_discards_the_connection(file_db: Database) -> None:
+    writer = file_db.sqlite_write_connection
+    assert writer is not None
+
+    async def batch(x: int) -> None:
+        async with raw_transaction(file_db) as conn:
+            assert conn is not None
+            conn.execute("INSERT INTO w VALUES (?)", (x,))
+
+    task = asyncio.create_task(batch(1))
+    for _ in range(100):  # cancel it somewhere between BEGIN and the COMMIT's answer
+        await asyncio.sleep(0)
+        if writer.busy:
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await batch(2)  # the next batch works (on a new connection if that one was dropped)
+    assert 2 in _rows(file_db)
