@@ -22,7 +22,7 @@ from cosigner.cli.main import main as cli_main
 from cosigner.core.clock import FrozenClock
 from cosigner.db import event_row
 from cosigner.db.tables import audit_events
-from tests.audit.conftest import checkpoint, decide, export_lines, jwks
+from tests.audit.conftest import decide, export_lines, jwks, old_and_new
 from tests.audit.damage import KINDS, damage, seqs, stored
 from tests.conftest import Harness
 
@@ -112,14 +112,8 @@ async def test_prune_goes_on_past_a_first_kept_event_that_does_not_read(
         harness_factory: Any, tenant: str, kind: str) -> None:
     clock = FrozenClock(T0)
     h: Harness = await harness_factory(clock=clock)
-    runtime = await h.headers(tenant, "runtime")
     auditor = await h.headers(tenant, "auditor")
-    for _ in range(3):
-        await decide(h, runtime)
-    old = await checkpoint(h, auditor)
-    clock.advance(days=40)
-    for _ in range(2):
-        await decide(h, runtime)
+    old = await old_and_new(h, tenant, clock)
     first = old["seq"] + 1
     hit = await damage(h, tenant, first, kind)
     result = await prune(h.db, tenant=tenant, before=T0.replace(day=20), now=clock(),
