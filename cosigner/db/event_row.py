@@ -60,7 +60,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import zstandard
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
@@ -169,38 +168,6 @@ def pack_pair(first: bytes, first_prev: str | None, second: bytes, second_prev: 
     return bytes([V4_PAIR]) + frame, TAIL
 
 
-#: Most bytes a stored frame may say it holds: a damaged frame header may claim petabytes,
-#: which decompressing would first try to allocate (a ``MemoryError``, or worse). Far above
-#: any event text (a request body is at most a few MB).
-_MAX_TEXT = 64 << 20
-
-
-def _sized(frame: bytes, fmt: int) -> bytes:
-    """``frame`` when its header reads and declares at most :data:`_MAX_TEXT` bytes.
-
-    Raises:
-        EventUnreadable: otherwise (the header is damaged).
-    """
-    try:
-        size = zstandard.get_frame_parameters(frame, format=fmt).content_size
-    except zstandard.ZstdError as exc:
-        raise EventUnreadable(f"damaged audit event frame header: {exc}") from exc
-    if size > _MAX_TEXT:  # CONTENTSIZE_UNKNOWN too: this writer always records the size
-        raise EventUnreadable(f"damaged audit event frame header (declares {size} bytes)")
-    return frame
-
-
-_BARE = zstandard.FORMAT_ZSTD1_MAGICLESS
-
-
-def _decompressed(data: bytes) -> bytes:
-    """A form 1 value (or a text written before 0017) undone, its frame header checked
-    first (:func:`_sized`)."""
-    if data[:1] == bytes([compressed.V1]):
-        _sized(data[1:], zstandard.FORMAT_ZSTD1)
-    return compressed.decompress(data)
-
-
 def _restore(part: bytes, prev: bytes | None) -> bytes:
     if MARK not in part:
         return part
@@ -218,8 +185,7 @@ def _parts(stored: bytes) -> tuple[bytes, bytes]:
     seen = _last
     if seen[0] == stored:
         return seen[1]
-    first, found, second = compressed.decompress_bare(_sized(stored[1:], _BARE)).partition(
-        SEPARATOR)
+    first, found, second = compressed.decompress_bare(stored[1:]).partition(SEPARATOR)
     if not found:
         raise EventUnreadable("damaged audit event pair")
     _last = (stored, (first, second))
@@ -234,7 +200,7 @@ def _resolve(own: bytes, prev: bytes | None, prev_stored: bytes | None) -> str:
     before holds (``None``: no such row) and, for a tail, that row's stored body."""
     lead = own[0]
     if lead == V6_SINGLE:
-        return _restore(compressed.decompress_bare(_sized(own[1:], _BARE)), prev).decode()
+        return _restore(compressed.decompress_bare(own[1:]), prev).decode()
     if lead == V4_PAIR:
         return _restore(_parts(own)[0], prev).decode()
     if own != TAIL:
@@ -246,6 +212,14 @@ def _resolve(own: bytes, prev: bytes | None, prev_stored: bytes | None) -> str:
 
 
 _LEAN = (V4_PAIR, V5_TAIL, V6_SINGLE)
+
+
+#: Why a frame that could not be decompressed for want of memory does not read: zstd
+#: allocates the content size a frame header declares before decoding, and a damaged
+#: header may declare petabytes. (A claim that fits in memory is allocated lazily and the
+#: damaged frame then fails to decode.)
+_TOO_BIG = ("audit event frame declares more bytes than can be allocated (a damaged "
+            "frame header)")
 
 
 def text_of(value: bytes | bytearray | memoryview | str) -> str:
@@ -274,11 +248,13 @@ def text_of(value: bytes | bytearray | memoryview | str) -> str:
                     raise EventUnreadable("damaged audit event read")
                 return _resolve(rest, prev, None)
             return _resolve(TAIL, prev, rest if found else None)
-        return _decompressed(data).decode()
+        return compressed.decompress(data).decode()
     except EventUnreadable:
         raise
     except ValueError as exc:  # a damaged frame, bytes that are not UTF-8
         raise EventUnreadable(str(exc)) from exc
+    except MemoryError as exc:  # a damaged frame header claiming more than there is
+        raise EventUnreadable(_TOO_BIG) from exc
 
 
 def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | None,
@@ -296,7 +272,7 @@ def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | Non
     data = bytes(stored)
     try:
         if not data or data[0] not in _LEAN:
-            return _decompressed(data).decode()
+            return compressed.decompress(data).decode()
         # As EventRead: the row before counts only when its hash is stored as 32 bytes.
         prev = prev_hash.encode() if prev_hash is not None and _HASH.fullmatch(
             prev_hash) else None
@@ -307,6 +283,8 @@ def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | Non
         raise
     except ValueError as exc:  # a damaged frame, bytes that are not UTF-8
         raise EventUnreadable(str(exc)) from exc
+    except MemoryError as exc:  # a damaged frame header claiming more than there is
+        raise EventUnreadable(_TOO_BIG) from exc
 
 
 def texts_in_order(rows: Sequence[tuple[int, Any, str]], *, skip: int = 0
@@ -388,9 +366,12 @@ class EventRead(ColumnElement[str]):
 
     __visit_name__ = "event_read"
     inherit_cache = True
+    # The type is part of the statement cache key: selected with another type (lenient()
+    # or RawBlob), the same SQL has other result processors.
     _traverse_internals = [("body", InternalTraversal.dp_clauseelement),
                            ("tenant", InternalTraversal.dp_clauseelement),
-                           ("seq", InternalTraversal.dp_clauseelement)]
+                           ("seq", InternalTraversal.dp_clauseelement),
+                           ("type", InternalTraversal.dp_type)]
 
     def __init__(self, body: Any, tenant: Any, seq: Any, type_: Any) -> None:
         self.body, self.tenant, self.seq, self.type = body, tenant, seq, type_

@@ -86,7 +86,8 @@ async def test_texts_in_order_marks_what_does_not_read(harness: Harness, tenant:
 @given(junk=st.binary(max_size=64), lead=st.sampled_from([1, 4, 6]))
 def test_damaged_stored_bytes_never_raise_anything_else(junk: bytes, lead: int) -> None:
     """Whatever bytes a row holds, the readers' decoders give a text or EventUnreadable
-    (never a zstd, Unicode or index error)."""
+    (never a zstd, Unicode or index error, nor the MemoryError of a header claiming
+    petabytes: see the next test)."""
     for reader in (lambda b: event_row.text_with(b, None, None),
                    lambda b: event_row.text_of(bytes([0x1F, 0]) + b)):
         try:
@@ -97,6 +98,18 @@ def test_damaged_stored_bytes_never_raise_anything_else(junk: bytes, lead: int) 
             event_row.document(text)
         except event_row.EventUnreadable:
             pass
+
+
+@pytest.mark.parametrize("lead", [1, 4, 6])
+def test_a_frame_header_claiming_petabytes_does_not_read(lead: int) -> None:
+    """A damaged frame header declaring 2**56 bytes (which zstd tries to allocate)."""
+    frame = b"\xc0" + b"\x00" * 8 + b"\x01"  # single segment, 8-byte content size
+    data = bytes([lead]) + (b"\x28\xb5\x2f\xfd" if lead == 1 else b"") + frame
+    with pytest.raises(event_row.EventUnreadable, match="more bytes than can be allocated"):
+        event_row.text_with(data, "sha256:" + "0" * 64, None)
+    if lead == 1:
+        with pytest.raises(event_row.EventUnreadable, match="more bytes than"):
+            event_row.text_of(data)
 
 
 def test_document_refuses_what_is_no_event_body() -> None:
@@ -119,6 +132,17 @@ def test_document_refuses_what_is_no_event_body() -> None:
     with pytest.raises(ValueError) as raised:
         event_row.text_of(b"\x06abc")
     assert not isinstance(raised.value, event_row.EventUnreadable)
+
+
+def test_a_lenient_read_is_cached_apart_from_another_type() -> None:
+    """The statement cache must not hand a lenient select the result processors of the
+    same SQL selected with another type (a label's cache key leaves its type out)."""
+    from cosigner.db.driver_types import RawBlob
+
+    raw = event_row.EventRead(ev.body, ev.tenant, ev.seq, RawBlob()).label("body")
+    first, again, other = (select(column)._generate_cache_key() for column in (
+        event_row.lenient(ev.body), event_row.lenient(ev.body), raw))
+    assert first == again and first != other
 
 
 def test_lenient_refuses_a_column_of_no_table() -> None:
