@@ -222,6 +222,13 @@ _TOO_BIG = ("audit event frame declares more bytes than can be allocated (a dama
             "frame header)")
 
 
+def _unreadable(exc: ValueError | MemoryError) -> EventUnreadable:
+    """A decoder's failure as the one exception type: a damaged frame or bytes that are
+    not UTF-8 (``ValueError``), a damaged frame header claiming more than can be
+    allocated (``MemoryError``)."""
+    return EventUnreadable(_TOO_BIG if isinstance(exc, MemoryError) else str(exc))
+
+
 def text_of(value: bytes | bytearray | memoryview | str) -> str:
     """The canonical text of an event as :class:`EventRead` selects it.
 
@@ -251,10 +258,8 @@ def text_of(value: bytes | bytearray | memoryview | str) -> str:
         return compressed.decompress(data).decode()
     except EventUnreadable:
         raise
-    except ValueError as exc:  # a damaged frame, bytes that are not UTF-8
-        raise EventUnreadable(str(exc)) from exc
-    except MemoryError as exc:  # a damaged frame header claiming more than there is
-        raise EventUnreadable(_TOO_BIG) from exc
+    except (ValueError, MemoryError) as exc:
+        raise _unreadable(exc) from exc
 
 
 def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | None,
@@ -281,10 +286,8 @@ def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | Non
         return _resolve(data, prev, held)
     except EventUnreadable:
         raise
-    except ValueError as exc:  # a damaged frame, bytes that are not UTF-8
-        raise EventUnreadable(str(exc)) from exc
-    except MemoryError as exc:  # a damaged frame header claiming more than there is
-        raise EventUnreadable(_TOO_BIG) from exc
+    except (ValueError, MemoryError) as exc:
+        raise _unreadable(exc) from exc
 
 
 def texts_in_order(rows: Sequence[tuple[int, Any, str]], *, skip: int = 0
