@@ -109,12 +109,14 @@ async def plan_export(db: Database, keyring: Keyring, *, tenant: str,
             select(func.min(cp.seq)).where(cp.tenant == tenant, cp.seq >= last,
                                            cp.seq <= int(high)))).scalar()
         last = int(closing) if closing is not None else int(last)
+        body = (await conn.execute(select(event_row.lenient(ev.body)).where(
+            ev.tenant == tenant, ev.seq == first))).scalar_one()
         try:
-            body = (await conn.execute(select(ev.body).where(ev.tenant == tenant,
-                                                             ev.seq == first))).scalar_one()
-            anchor_hash = str(json.loads(body)["prev_hash"])
-        except ValueError:  # the first event does not read (its row before deleted by
-            # hand): the anchor is the signed checkpoint's hash, if there is one
+            anchor_hash = str(event_row.document(body, tenant=tenant, seq=first)["prev_hash"])
+        except (event_row.EventUnreadable, KeyError):
+            # The first event does not read (its row before deleted by hand, its bytes
+            # damaged): the anchor is the signed checkpoint's hash, if there is one; the
+            # event itself is left out of the export like any other that does not read.
             anchor_hash = str((await conn.execute(select(cp.hash).where(
                 cp.tenant == tenant, cp.seq == first - 1))).scalar() or "")
     return ExportRange(tenant, since, until, first, last, first - 1, anchor_hash)
@@ -149,11 +151,17 @@ async def _batches(db: Database, rng: ExportRange, batch: int
                 cp.tenant == rng.tenant, cp.seq > after, cp.seq <= top))).all()
         texts = event_row.texts_in_order(
             [(int(seq), stored, digest) for seq, stored, digest in rows], skip=skip)
-        # An event that does not read (its row before deleted by hand) is left out: the
-        # verifier reports the gap, as for the deleted row itself.
-        yield ([_Event(int(row[0]), body, row[2]) for row, body in zip(
-            rows[skip:], texts, strict=True) if body is not None],
-            {int(c.seq): c for c in cps})
+        # An event that does not read (its row before deleted by hand, its bytes
+        # damaged) is left out, logged: the verifier reports the gap, as for the deleted
+        # row itself.
+        events = []
+        for row, body in zip(rows[skip:], texts, strict=True):
+            if isinstance(body, event_row.Unreadable):
+                body.error.tenant = rng.tenant
+                event_row.note_left_out(body.error, "the export")
+            else:
+                events.append(_Event(int(row[0]), body, row[2]))
+        yield events, {int(c.seq): c for c in cps}
         after = top
 
 
@@ -197,7 +205,10 @@ async def export_csv(db: Database, rng: ExportRange, *, batch: int = BATCH
         buffer = io.StringIO()
         writer = csv.writer(buffer)
         for row in rows:
-            body = json.loads(row.body)
+            body = event_row.readable(row.body, tenant=rng.tenant, seq=row.seq,
+                                      reader="the CSV export")
+            if body is None:  # a text that decodes but is not a JSON object
+                continue
             policy = body.get("policy") or {}
             subject = body.get("subject") or {}
             writer.writerow([

@@ -69,10 +69,14 @@ async def prune(db: Database, *, tenant: str, before: datetime, now: datetime,
 
 async def _stand_alone(conn: AsyncConnection, tenant: str, first: int) -> None:
     """Store the event ``first`` (and the next one when it is the tail of a pair)
-    without reference to the rows before it: each its own text, compressed (form 1)."""
+    without reference to the rows before it: each its own text, compressed (form 1).
+
+    One that already does not read (the rows before it deleted or damaged outside
+    Cosigner) cannot be rewritten: it is left as it is, logged (the prune goes on; an
+    export leaves it out and ``cosigner audit verify`` reports it)."""
     ev = audit_events.c
     rows = (await conn.execute(
-        select(ev.seq, ev.body, type_coerce(ev.body, RawBlob).label("stored"))
+        select(ev.seq, event_row.lenient(ev.body), type_coerce(ev.body, RawBlob).label("stored"))
         .where(ev.tenant == tenant, ev.seq.in_((first, first + 1))).order_by(ev.seq)
     )).all()
     for row in rows:
@@ -80,6 +84,10 @@ async def _stand_alone(conn: AsyncConnection, tenant: str, first: int) -> None:
         if isinstance(stored, str) or bytes(stored)[:1] not in _LEANING:
             continue
         if int(row.seq) == first + 1 and bytes(stored) != event_row.TAIL:
+            continue
+        if isinstance(row.body, event_row.Unreadable):
+            row.body.error.tenant, row.body.error.seq = tenant, int(row.seq)
+            event_row.note_left_out(row.body.error, "the prune's rewrite (kept as stored)")
             continue
         await conn.execute(update(audit_events).where(
             ev.tenant == tenant, ev.seq == row.seq).values(

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
-import logging
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -21,11 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.audit.checkpoints import Checkpoint, row_to_checkpoint
 from cosigner.core.errors import InvalidRequest
 from cosigner.db import event_row
-from cosigner.db.driver_types import RawBlob
 from cosigner.db.tables import audit_events
 from cosigner.db.tables_audit import audit_checkpoints
-
-log = logging.getLogger("cosigner.audit")
 
 MAX_LIMIT = 1000
 
@@ -88,16 +83,9 @@ def filtered(query: Select[Any], tenant: str, where: EventFilter) -> Select[Any]
     return query
 
 
-def event_out(body_text: str, digest: str) -> dict[str, Any]:
-    """The wire form of a stored event: its body plus ``hash``."""
-    body: dict[str, Any] = json.loads(body_text)
-    return {**body, "hash": digest}
-
-
-#: ``audit_events.body`` as :class:`~cosigner.db.event_row.EventRead` selects it, left
-#: undecoded so that one event that does not read leaves the rest of its page readable.
-_STORED = event_row.EventRead(audit_events.c.body, audit_events.c.tenant,
-                              audit_events.c.seq, RawBlob()).label("stored")
+#: ``audit_events.body`` selected so that one event that does not read leaves the rest of
+#: its page readable (:func:`cosigner.db.event_row.lenient`).
+_BODY = event_row.lenient(audit_events.c.body)
 
 
 async def query_events(conn: AsyncConnection, *, tenant: str, where: EventFilter,
@@ -107,24 +95,25 @@ async def query_events(conn: AsyncConnection, *, tenant: str, where: EventFilter
 
     Returns ``(events, next_cursor)``; ``next_cursor`` is ``None`` on the last page.
     ``limit`` is 1..1000. Raises :class:`InvalidRequest` for a bad cursor or limit.
+
+    An event that does not read (:class:`~cosigner.db.event_row.EventUnreadable`: the
+    row before it deleted by hand, its stored bytes damaged) is left out of the page with
+    a logged warning: a gap in ``seq``, as for a deleted row (the export leaves it out too
+    and ``cosigner audit verify`` reports it), instead of every page holding it failing.
+    The cursor still moves past it.
     """
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequest(f"limit must be 1..{MAX_LIMIT}", code="invalid_limit")
-    query = filtered(select(audit_events.c.seq, _STORED, audit_events.c.hash), tenant, where)
+    query = filtered(select(audit_events.c.seq, _BODY, audit_events.c.hash), tenant, where)
     if cursor is not None:
         query = query.where(audit_events.c.seq > decode_cursor(cursor))
     rows = (await conn.execute(query.order_by(audit_events.c.seq).limit(limit + 1))).all()
     events = []
     for row in rows[:limit]:
-        try:
-            text = event_row.text_of(row.stored)
-        except ValueError:
-            # Its row before was deleted by hand (or its frame is damaged): left out, a
-            # gap in seq as for the deleted row itself (the export and the verifier
-            # report it), instead of every page holding it failing.
-            log.warning("audit event %s/%s does not read; left out", tenant, row.seq)
-            continue
-        events.append(event_out(text, row.hash))
+        body = event_row.readable(row.body, tenant=tenant, seq=int(row.seq),
+                                  reader="the events API")
+        if body is not None:
+            events.append({**body, "hash": row.hash})
     more = len(rows) > limit
     return events, encode_cursor(int(rows[limit - 1].seq)) if more else None
 

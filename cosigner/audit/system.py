@@ -17,7 +17,6 @@ caller logs it); policy and key changes also go to the error log.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
@@ -26,22 +25,34 @@ from sqlalchemy import select
 from cosigner.audit.chain import Event, append
 from cosigner.core.clock import isoformat
 from cosigner.core.roles import SYSTEM_TENANT
+from cosigner.db import event_row
 from cosigner.db.database import Database
 from cosigner.db.tables import audit_events
 from cosigner.keys.keyring import Keyring
 
 SYSTEM_ACTOR: dict[str, Any] = {"subject": "system", "principal_id": None, "kind": "system"}
+#: Each event body, or a marker when it does not read (left out, logged).
+_BODY = event_row.lenient(audit_events.c.body)
 
 
 async def record_keyring(db: Database, keyring: Keyring, *, now: datetime) -> int:
-    """Record ``key.created`` for every key of ``keyring`` not yet in the system chain."""
+    """Record ``key.created`` for every key of ``keyring`` not yet in the system chain.
+
+    A ``key.created`` / ``key.rotated`` event that does not read back (rows deleted or
+    damaged outside Cosigner) is left out, logged: its key is recorded again, so the log
+    names every key in use at the cost of a repeated event, and the server still starts.
+    """
     async with db.transaction() as conn:
-        rows = (await conn.execute(select(audit_events.c.body).where(
+        rows = (await conn.execute(select(audit_events.c.seq, _BODY).where(
             audit_events.c.tenant == SYSTEM_TENANT,
             audit_events.c.type.in_(("key.created", "key.rotated"))))).all()
         known: set[str] = set()
         for row in rows:
-            payload = json.loads(row.body).get("payload", {})
+            body = event_row.readable(row.body, tenant=SYSTEM_TENANT, seq=int(row.seq),
+                                      reader="the keyring record")
+            if body is None:
+                continue
+            payload = body.get("payload", {})
             known.update(k for k in (payload.get("kid"), payload.get("new_kid")) if k)
         events = [Event(type="key.created", actor=SYSTEM_ACTOR,
                         payload={"kid": info.kid, "alg": "Ed25519",

@@ -34,6 +34,8 @@ Tree::
     ├── PolicyError              policy_error, policy_load_failed
     ├── RateLimited              rate_limited (429, ``retry_after`` s: a limit or quota of
     │                            the credential or tenant is used up)
+    ├── IntegrityFault           audit_event_unreadable (500 with its code: a stored record
+    │                            an answer depends on does not read back)
     └── Unavailable              storage_unavailable, engine_unavailable (503)
         └── Overloaded           overloaded (503, ``retry_after`` s: a bounded queue is
                                  full; shed at once, nothing queued, nothing decided)
@@ -175,6 +177,26 @@ class RateLimited(CosignerError):
 
     code = "rate_limited"
     title = "Rate limit exceeded"
+
+
+class IntegrityFault(CosignerError):
+    """A stored record an answer depends on does not read back (rows deleted or damaged
+    outside Cosigner: by hand, a partial restore, disk corruption). A server-side fault,
+    answered as a 500 whose ``code`` names it (unlike other 500s, which say only
+    ``internal_error``); ``detail`` is a fixed text, never the stored bytes or the
+    decoder's message, which go to the log as ``reason``. Retrying does not help; an
+    operator locates the damage with ``cosigner audit verify`` on an export.
+
+    Attributes:
+        reason: what the decoder found (log only, never on the wire).
+    """
+
+    code = "audit_event_unreadable"
+    title = "An audit event this answer depends on does not read"
+
+    def __init__(self, detail: str = "", *, reason: str = "", **extra: Any) -> None:
+        super().__init__(detail, **extra)
+        self.reason = reason or self.detail
 
 
 class Overloaded(Unavailable):

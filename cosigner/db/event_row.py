@@ -31,10 +31,31 @@ text that was hashed. So every reader (``select(audit_events.c.body)`` anywhere)
 the same text as before; a form 4–6 value reached any other way (raw SQL) is refused
 rather than misread. Retention (:mod:`cosigner.audit.prune`) rewrites the first kept rows
 so that none depends on a deleted one.
+
+An event that does not read: when a row an event depends on is gone or damaged behind
+Cosigner's back (deleted by hand, a partial restore, disk corruption: the row before it
+for forms 4–6, its frame's row for a tail, or its own stored bytes), decoding it raises
+:class:`EventUnreadable`, the one exception type for that outcome (a
+:class:`~cosigner.core.errors.IntegrityFault`: a 500 ``audit_event_unreadable`` with a
+fixed detail wherever nobody catches it, never ``internal_error`` and never internals; and
+a ``ValueError``). Every reader of event bodies does one of two things with it:
+
+* it leaves the event out, with a logged warning (:func:`readable`), where an answer is a
+  listing or a statistic that stays true without it (the events API and export, the run
+  panel's logged arguments, replay and shadow reports, counting what they left out);
+* it lets :class:`EventUnreadable` go up (:func:`document`), where leaving the event out
+  would change an authorization answer (a permit's ``redeemed_by_you``): nothing is ever
+  allowed on the basis of a record that does not read.
+
+A reader that must carry on past one such event selects :func:`lenient` (each value the
+text or an :class:`Unreadable` marker) instead of the column, whose result processor
+raises for the first one and so fails the whole result.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -46,8 +67,12 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import TypeDecorator
 
+from cosigner.core.canonical import hash_bytes
+from cosigner.core.errors import IntegrityFault
 from cosigner.db import compressed
 from cosigner.db.driver_types import RawBlob
+
+log = logging.getLogger("cosigner.audit")
 
 #: Format bytes (module docstring).
 V4_PAIR = 4
@@ -66,6 +91,47 @@ _PREFIX_BYTES = _PREFIX.encode()
 #: A hash :class:`~cosigner.db.digest.Sha256Digest` stores as its 32 bytes (``sha256:``
 #: and 64 lower-case hex digits: read back as exactly this text).
 _HASH = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+class EventUnreadable(IntegrityFault, ValueError):
+    """An audit event's stored body does not give its text back (module docstring): the
+    row before it or its frame's row is gone, its stored bytes are damaged, its text is not
+    a JSON object, or (:func:`document` given the ``hash`` column) it does not hash to its
+    row's hash.
+
+    On the wire a 500 ``audit_event_unreadable`` with a fixed ``detail``; ``reason`` (what
+    the decoder found), ``tenant`` and ``seq`` (when the reader knows them) are for the
+    log only.
+    """
+
+    DETAIL = ("an audit event this answer depends on does not read back from the decision "
+              "log (rows deleted or damaged outside Cosigner); run `cosigner audit verify` "
+              "on an export to locate it")
+
+    def __init__(self, reason: str, *, tenant: str | None = None,
+                 seq: int | None = None) -> None:
+        super().__init__(self.DETAIL, reason=reason)
+        self.tenant, self.seq = tenant, seq
+
+    def __str__(self) -> str:  # logs and tracebacks; the wire has ``detail`` only
+        return f"{self.reason} (audit event {self.where()})"
+
+    def where(self) -> str:
+        """``tenant/seq`` of the event (``?`` for what the reader did not know)."""
+        return f"{self.tenant or '?'}/{'?' if self.seq is None else self.seq}"
+
+
+class Unreadable:
+    """What :func:`lenient` gives for an event whose body does not read: the
+    :class:`EventUnreadable` that decoding it raised (``error``), never a text."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: EventUnreadable) -> None:
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"Unreadable({self.error.reason!r})"
 
 
 def _prev_ok(prev: str | None) -> bool:
@@ -106,9 +172,9 @@ def _restore(part: bytes, prev: bytes | None) -> bytes:
     if MARK not in part:
         return part
     if prev is None:
-        raise ValueError("an audit event refers to the hash of the event before it, "
-                         "which is not in the log (rows deleted outside cosigner audit "
-                         "prune?)")
+        raise EventUnreadable("an audit event refers to the hash of the event before it, "
+                              "which is not in the log (rows deleted outside cosigner audit "
+                              "prune?)")
     return part.replace(MARK, prev)
 
 
@@ -121,7 +187,7 @@ def _parts(stored: bytes) -> tuple[bytes, bytes]:
         return seen[1]
     first, found, second = compressed.decompress_bare(stored[1:]).partition(SEPARATOR)
     if not found:
-        raise ValueError("damaged audit event pair")
+        raise EventUnreadable("damaged audit event pair")
     _last = (stored, (first, second))
     return first, second
 
@@ -138,42 +204,62 @@ def _resolve(own: bytes, prev: bytes | None, prev_stored: bytes | None) -> str:
     if lead == V4_PAIR:
         return _restore(_parts(own)[0], prev).decode()
     if own != TAIL:
-        raise ValueError("damaged audit event body")
+        raise EventUnreadable("damaged audit event body")
     if prev is None or prev_stored is None or prev_stored[:1] != bytes([V4_PAIR]):
-        raise ValueError("an audit event's text is in the row before it, which is not "
-                         "in the log (rows deleted outside cosigner audit prune?)")
+        raise EventUnreadable("an audit event's text is in the row before it, which is not "
+                              "in the log (rows deleted outside cosigner audit prune?)")
     return _restore(_parts(prev_stored)[1], prev).decode()
 
 
 _LEAN = (V4_PAIR, V5_TAIL, V6_SINGLE)
 
 
+#: Why a frame that could not be decompressed for want of memory does not read: zstd
+#: allocates the content size a frame header declares before decoding, and a damaged
+#: header may declare petabytes. (A claim that fits in memory is allocated lazily and the
+#: damaged frame then fails to decode.)
+_TOO_BIG = ("audit event frame declares more bytes than can be allocated (a damaged "
+            "frame header)")
+
+
+def _unreadable(exc: ValueError | MemoryError) -> EventUnreadable:
+    """A decoder's failure as the one exception type: a damaged frame or bytes that are
+    not UTF-8 (``ValueError``), a damaged frame header claiming more than can be
+    allocated (``MemoryError``)."""
+    return EventUnreadable(_TOO_BIG if isinstance(exc, MemoryError) else str(exc))
+
+
 def text_of(value: bytes | bytearray | memoryview | str) -> str:
     """The canonical text of an event as :class:`EventRead` selects it.
 
     Raises:
-        ValueError: a form 4–6 value read without :class:`EventRead`, a damaged frame,
-            or an event whose predecessor (or, for a tail, its frame's row) is missing.
+        EventUnreadable: the event does not read (module docstring): a damaged frame or
+            text, or an event whose predecessor (or, for a tail, its frame's row) is gone.
+        ValueError: a form 4–6 value read without :class:`EventRead` (a reader's bug,
+            raw SQL, not damage).
     """
     if isinstance(value, str):
         return value  # TEXT written before 0017
     data = bytes(value)
     lead = data[0] if data else 0x20
-    if lead == _READ_OWN or lead == _READ_TAIL:
-        found = data[1:2] == b"\x01"
-        prev = _PREFIX_BYTES + data[2:34].hex().encode() if found else None
-        rest = data[34:] if found else data[2:]
-        if lead == _READ_OWN:
-            return _resolve(rest, prev, None) if rest[:1] else _damaged()
-        return _resolve(TAIL, prev, rest if found else None)
     if lead in _LEAN:
         raise ValueError("a stored audit event body read without the rows before it "
                          "(select audit_events.body through SQLAlchemy: EventRead)")
-    return compressed.decompress(data).decode()
-
-
-def _damaged() -> str:
-    raise ValueError("damaged audit event read")
+    try:
+        if lead == _READ_OWN or lead == _READ_TAIL:
+            found = data[1:2] == b"\x01"
+            prev = _PREFIX_BYTES + data[2:34].hex().encode() if found else None
+            rest = data[34:] if found else data[2:]
+            if lead == _READ_OWN:
+                if not rest[:1]:
+                    raise EventUnreadable("damaged audit event read")
+                return _resolve(rest, prev, None)
+            return _resolve(TAIL, prev, rest if found else None)
+        return compressed.decompress(data).decode()
+    except EventUnreadable:
+        raise
+    except (ValueError, MemoryError) as exc:
+        raise _unreadable(exc) from exc
 
 
 def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | None,
@@ -181,29 +267,39 @@ def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | Non
     """The canonical text of a stored body given the row before it (its ``hash`` text
     and stored ``body``; ``None`` when there is none): :func:`text_of` for a reader that
     holds the rows in ``seq`` order (an export, a migration) instead of selecting them
-    through :class:`EventRead`."""
+    through :class:`EventRead`.
+
+    Raises:
+        EventUnreadable: as :func:`text_of` (the row before not given counts as gone).
+    """
     if isinstance(stored, str):
         return stored
     data = bytes(stored)
-    if not data or data[0] not in _LEAN:
-        return compressed.decompress(data).decode()
-    # As EventRead: the row before counts only when its hash is stored as 32 bytes.
-    prev = prev_hash.encode() if prev_hash is not None and _HASH.fullmatch(
-        prev_hash) else None
-    held = prev_stored.encode() if isinstance(prev_stored, str) else (
-        None if prev_stored is None else bytes(prev_stored))
-    return _resolve(data, prev, held)
+    try:
+        if not data or data[0] not in _LEAN:
+            return compressed.decompress(data).decode()
+        # As EventRead: the row before counts only when its hash is stored as 32 bytes.
+        prev = prev_hash.encode() if prev_hash is not None and _HASH.fullmatch(
+            prev_hash) else None
+        held = prev_stored.encode() if isinstance(prev_stored, str) else (
+            None if prev_stored is None else bytes(prev_stored))
+        return _resolve(data, prev, held)
+    except EventUnreadable:
+        raise
+    except (ValueError, MemoryError) as exc:
+        raise _unreadable(exc) from exc
 
 
 def texts_in_order(rows: Sequence[tuple[int, Any, str]], *, skip: int = 0
-                   ) -> list[str | None]:
+                   ) -> list[str | Unreadable]:
     """The texts of ``(seq, stored body, hash text)`` rows of one tenant in ``seq`` order,
     each read with the row just before it when that row is among them (a reader of a
     range, e.g. an export, selects the row before the range too and ``skip`` s it): what
-    :class:`EventRead` gives, without its subquery per row. ``None`` for a row that does
-    not read (its row before deleted by hand, a damaged frame): an export leaves it out,
-    so that the verifier reports the gap (``deleted``) instead of the export failing."""
-    out: list[str | None] = []
+    :class:`EventRead` gives, without its subquery per row. :class:`Unreadable` for a row
+    that does not read (its row before deleted by hand, a damaged frame; its error names
+    the ``seq``): an export leaves it out, so that the verifier reports the gap
+    (``deleted``) instead of the export failing. The caller logs what it leaves out."""
+    out: list[str | Unreadable] = []
     before: tuple[int, Any, str] | None = None
     for i, row in enumerate(rows):
         if i >= skip:
@@ -211,10 +307,60 @@ def texts_in_order(rows: Sequence[tuple[int, Any, str]], *, skip: int = 0
             try:
                 out.append(text_with(row[1], before[2] if near else None,  # type: ignore[index]
                                      before[1] if near else None))  # type: ignore[index]
-            except ValueError:
-                out.append(None)
+            except EventUnreadable as exc:
+                exc.seq = row[0]
+                out.append(Unreadable(exc))
         before = row
     return out
+
+
+def document(value: str | Unreadable, *, tenant: str | None = None, seq: int | None = None,
+             digest: str | None = None) -> dict[str, Any]:
+    """The event body (a JSON object) of a value selected as ``audit_events.body`` or
+    through :func:`lenient`: for a reader whose answer depends on the event, so that it
+    fails closed (nothing is allowed on the basis of a record that does not read).
+
+    ``digest``: the row's ``hash`` column; given, the text must hash to it (a record an
+    authorization answer rests on is checked whole, not only decodable). ``tenant`` and
+    ``seq`` only name the event in the error (for the log).
+
+    Raises:
+        EventUnreadable: ``value`` is :class:`Unreadable`, its text is not a JSON object,
+            or it does not hash to ``digest``.
+    """
+    if isinstance(value, Unreadable):
+        error = value.error
+        error.tenant, error.seq = tenant, seq
+        raise error
+    try:
+        body = json.loads(value)
+    except ValueError as exc:
+        raise EventUnreadable("audit event text is not JSON", tenant=tenant,
+                              seq=seq) from exc
+    if not isinstance(body, dict):
+        raise EventUnreadable("audit event text is not a JSON object", tenant=tenant, seq=seq)
+    if digest is not None and hash_bytes(value.encode()) != digest:
+        raise EventUnreadable("audit event text does not hash to its row's hash",
+                              tenant=tenant, seq=seq)
+    return body
+
+
+def readable(value: str | Unreadable, *, tenant: str, seq: int, reader: str
+             ) -> dict[str, Any] | None:
+    """:func:`document`, or ``None`` with a warning logged (``reader`` leaves the event
+    out): for a reader whose answer stays true without the event (a listing, a report
+    that counts what it left out)."""
+    try:
+        return document(value, tenant=tenant, seq=seq)
+    except EventUnreadable as exc:
+        note_left_out(exc, reader)
+        return None
+
+
+def note_left_out(error: EventUnreadable, reader: str) -> None:
+    """Log (warning) that ``reader`` left out the event of ``error``."""
+    log.warning("audit event %s does not read (%s); left out of %s", error.where(),
+                error.reason, reader)
 
 
 class EventRead(ColumnElement[str]):
@@ -223,9 +369,12 @@ class EventRead(ColumnElement[str]):
 
     __visit_name__ = "event_read"
     inherit_cache = True
+    # The type is part of the statement cache key: selected with another type (lenient()
+    # or RawBlob), the same SQL has other result processors.
     _traverse_internals = [("body", InternalTraversal.dp_clauseelement),
                            ("tenant", InternalTraversal.dp_clauseelement),
-                           ("seq", InternalTraversal.dp_clauseelement)]
+                           ("seq", InternalTraversal.dp_clauseelement),
+                           ("type", InternalTraversal.dp_type)]
 
     def __init__(self, body: Any, tenant: Any, seq: Any, type_: Any) -> None:
         self.body, self.tenant, self.seq, self.type = body, tenant, seq, type_
@@ -301,4 +450,38 @@ class EventBody(TypeDecorator[str]):
         return EventRead(colexpr, columns.tenant, columns.seq, self)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        """The event's text. Raises :class:`EventUnreadable` for one that does not read
+        (failing the whole result: select :func:`lenient` to carry on past it)."""
         return None if value is None else text_of(value)
+
+
+class _LenientBody(EventBody):
+    """:class:`EventBody` whose reads give :class:`Unreadable` instead of raising."""
+
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Dialect  # type: ignore[override]
+                             ) -> str | Unreadable | None:
+        if value is None:
+            return None
+        try:
+            return text_of(value)
+        except EventUnreadable as exc:
+            return Unreadable(exc)
+
+
+_LENIENT = _LenientBody()
+
+
+def lenient(column: Any, name: str = "body") -> Any:
+    """``audit_events.body`` (``column``) selected so that each value is the event's text
+    or an :class:`Unreadable` marker, labelled ``name``: for a reader that goes on past an
+    event that does not read (then :func:`readable`, or :func:`document` to fail closed).
+
+    Raises:
+        ValueError: ``column`` is not a column of a table with ``tenant`` and ``seq``.
+    """
+    columns = getattr(getattr(column, "table", None), "c", None)
+    if columns is None or "tenant" not in columns or "seq" not in columns:
+        raise ValueError("lenient() reads audit_events.body, a column of its table")
+    return EventRead(column, columns.tenant, columns.seq, _LENIENT).label(name)

@@ -98,6 +98,7 @@ CODES: dict[str, type[errors.CosignerError]] = {
     "unknown_policy_version": errors.PolicyError,
     # storage
     "storage_unavailable": errors.Unavailable,
+    "audit_event_unreadable": errors.IntegrityFault,
 }
 
 #: Every authenticated route: no or a bad key, a missing role, the key lookup failing.
@@ -155,7 +156,7 @@ ROUTE_CODES: dict[str, tuple[str | Raised, ...]] = {
     "post_run": ("contract_conflict", "invalid_contract"),
     "get_run": ("not_found",),
     "post_outcome": ("not_found", "outcome_conflict"),
-    "get_permit": ("not_found",),
+    "get_permit": ("not_found", "audit_event_unreadable"),
     "get_tools": (),
     "list_events": ("invalid_cursor",),
     "list_checkpoints": ("invalid_cursor",),

@@ -52,6 +52,8 @@ _PROBLEM_REF = {"$ref": "#/components/schemas/ProblemV1"}
 _STATUS_TEXT = {400: "Malformed JSON", 401: "Not authenticated", 403: "Not allowed",
                 404: "Not found", 409: "Conflict with the current state",
                 413: "Body too large", 422: "Invalid request",
+                500: "A stored record the answer depends on does not read back "
+                     "(damaged data); do not act on it",
                 503: "Cannot record or look up; treat as deny"}
 
 

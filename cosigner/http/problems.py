@@ -80,6 +80,11 @@ def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> JS
 
 def to_response(exc: errors.CosignerError) -> JSONResponse:
     status = status_for(exc)
+    if isinstance(exc, errors.IntegrityFault):
+        # Damaged stored data: its stable code and fixed detail go out, the decoder's
+        # reason (which may quote stored bytes) to the log only.
+        log.error("integrity fault %s: %s", exc.code, exc.reason)
+        return problem(500, exc.code, exc.title, exc.detail)
     if status >= 500 and not isinstance(exc, errors.Unavailable):
         log.error("unexpected domain error %s: %s", exc.code, exc.detail)
         return problem(500, "internal_error", "Internal error", "internal error; see server log")

@@ -6,11 +6,16 @@ was its own redeem) or, in a naive client, run the side effect twice. The client
 here instead: ``issued`` → the redeem did not happen, retry it; ``redeemed`` and
 ``redeemed_by_you`` → the lost redeem was the caller's own, execute once; anything else →
 do not execute.
+
+``redeemed_by_you`` rests on the ``permit.redeemed`` event's actor. When that event is in
+the log but does not read back (rows deleted or damaged outside Cosigner:
+:class:`~cosigner.db.event_row.EventUnreadable`), the answer fails closed: a 500
+``audit_event_unreadable`` problem, never ``redeemed_by_you: false`` (which would silently
+tell the real redeemer that someone else consumed its permit) nor a guess.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,12 +23,16 @@ from sqlalchemy import select
 
 from cosigner.core.clock import isoformat
 from cosigner.core.errors import NotFound
+from cosigner.db import event_row
 from cosigner.db.database import Database
 from cosigner.db.tables import audit_events, permits
 from cosigner.identity.principals import Caller
 
 #: Decision-log event types that record a successful redeem (issue 4's permit ledger).
 REDEEM_EVENTS = ("permit.redeemed",)
+#: The event body, an :class:`~cosigner.db.event_row.Unreadable` marker when it does not
+#: read (then :func:`~cosigner.db.event_row.document` raises, with the event's seq).
+_BODY = event_row.lenient(audit_events.c.body)
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -43,7 +52,10 @@ async def permit_status(db: Database, caller: Caller, jti: str, *,
     ``status`` is ``issued | redeemed | revoked | expired`` (an issued permit at
     ``now >= expires_at`` reads as ``expired``, RFC 7519 §4.1.4). ``redeemed_by_you`` is
     true when the redeem was made by the calling principal's subject.
-    Raises :class:`NotFound` (404) for an unknown jti or one of another tenant.
+    Raises :class:`NotFound` (404) for an unknown jti or one of another tenant, and
+    :class:`~cosigner.db.event_row.EventUnreadable` (500 ``audit_event_unreadable``) for a
+    redeemed permit whose redeem event does not read back or does not hash to its row's
+    hash (module docstring).
     """
     async with db.read() as conn:
         row = (await conn.execute(select(permits).where(
@@ -52,13 +64,15 @@ async def permit_status(db: Database, caller: Caller, jti: str, *,
             raise NotFound("no such permit in this tenant")
         redeemer: str | None = None
         if row.status == "redeemed":
-            body = (await conn.execute(
-                select(audit_events.c.body).where(
+            event = (await conn.execute(
+                select(audit_events.c.seq, _BODY, audit_events.c.hash).where(
                     audit_events.c.tenant == caller.tenant, audit_events.c.permit_jti == jti,
                     audit_events.c.type.in_(REDEEM_EVENTS))
-                .order_by(audit_events.c.seq).limit(1))).scalar()
-            if body is not None:
-                redeemer = (json.loads(body).get("actor") or {}).get("subject")
+                .order_by(audit_events.c.seq).limit(1))).first()
+            if event is not None:  # none: pruned by retention (redeemed_by_you false)
+                body = event_row.document(event.body, tenant=caller.tenant,
+                                          seq=int(event.seq), digest=event.hash)
+                redeemer = (body.get("actor") or {}).get("subject")
     expires_at = _utc(row.expires_at)
     status = row.status
     if status == "issued" and expires_at is not None and now >= expires_at:

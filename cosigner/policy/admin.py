@@ -18,7 +18,6 @@ snapshot reference, so a decision never mixes versions.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,6 +27,7 @@ from sqlalchemy import select
 
 from cosigner.audit.chain import Event
 from cosigner.core.errors import CosignerError, Forbidden, NotFound, PolicyError
+from cosigner.db import event_row
 from cosigner.db.database import Database
 from cosigner.db.tables import audit_events
 from cosigner.policy.cases import check_bundle
@@ -43,6 +43,8 @@ from cosigner.policy.tenancy import (
 )
 
 EXAMPLES_PER_GROUP = 5
+#: Each event body, or a marker when it does not read (left out, logged, counted).
+_BODY = event_row.lenient(audit_events.c.body)
 
 
 def actor_of(caller: Any) -> dict[str, Any]:
@@ -396,14 +398,19 @@ async def shadow_report(*, store: PolicyStore, db: Database, caller: Any,
     """Disagreements between the active and shadow versions of ``bundle_id`` in the
     caller's decision log (an operator: every tenant's): totals, counts by tool and by
     (active → shadow) effect, and up to :data:`EXAMPLES_PER_GROUP` example decision ids
-    per group. A tenant admin gets 404 for a bundle that is not theirs to see."""
+    per group. A tenant admin gets 404 for a bundle that is not theirs to see.
+
+    A decision whose event does not read back (rows deleted or damaged outside Cosigner)
+    is left out of the comparison, logged, and counted: ``unreadable: {count, examples}``
+    (decision ids from the events' rows)."""
     operator = is_operator(caller)
     if not operator:
         if "admin" not in caller.roles:
             raise Forbidden("requires the role admin (or a system operator)")
         if not visible_to(store.snapshot, caller.tenant, bundle_id):
             raise NotFound(f"no policy bundle {bundle_id!r} is loaded")
-    query = (select(audit_events.c.decision_id, audit_events.c.tool, audit_events.c.body)
+    query = (select(audit_events.c.tenant, audit_events.c.seq, audit_events.c.decision_id,
+                    audit_events.c.tool, _BODY)
              .where(audit_events.c.type == "decision.made",
                     audit_events.c.policy_id == bundle_id)
              .order_by(audit_events.c.tenant, audit_events.c.seq))
@@ -416,8 +423,13 @@ async def shadow_report(*, store: PolicyStore, db: Database, caller: Any,
     by_effect: Counter[str] = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
     shadow_versions: set[str] = set()
+    unreadable: list[str] = []
     for row in rows:
-        body = json.loads(row.body)
+        body = event_row.readable(row.body, tenant=row.tenant, seq=int(row.seq),
+                                  reader="a shadow report")
+        if body is None:
+            unreadable.append(row.decision_id)
+            continue
         shadow = (body.get("payload") or {}).get("shadow")
         if not isinstance(shadow, dict):
             continue
@@ -440,5 +452,7 @@ async def shadow_report(*, store: PolicyStore, db: Database, caller: Any,
             {"transition": t, "count": n, "examples": examples[t]}
             for t, n in sorted(by_effect.items())
         ],
+        "unreadable": {"count": len(unreadable),
+                       "examples": unreadable[:EXAMPLES_PER_GROUP]},
     }
 

@@ -14,7 +14,9 @@ tenant in ``[since, until)``; nothing is written but the summary event
 Not replayed (counted, with example ids): decisions made before policy ran (run contract
 refusals, a reviewer's standing rejection: ``decided_before_policy``), deny events that
 lack the caller's roles (``caller_roles_not_logged``), allow / approval decisions whose
-stored input is gone (``input_not_stored``), and decisions whose outcome depends on a
+stored input is gone (``input_not_stored``), decisions whose ``decision.made`` event does
+not read back (rows deleted or damaged outside Cosigner: ``event_unreadable``, logged, the
+decision id and tool taken from the event's row), and decisions whose outcome depends on a
 masked value (``reads_masked_values``, naming the JSON pointers). A masked value counts as
 read when substituting another value for it changes the candidate's effect or reason
 codes; a rule that treats every substitute alike is replayed as such.
@@ -40,6 +42,7 @@ from cosigner.audit.chain import Event
 from cosigner.audit.query import utc
 from cosigner.core import pointer as json_pointer
 from cosigner.core.errors import InvalidArgs, InvalidRequest, NotFound
+from cosigner.db import event_row
 from cosigner.db.database import Database
 from cosigner.db.tables import audit_events
 from cosigner.db.tables_approvals import call_inputs
@@ -49,6 +52,8 @@ from cosigner.policy.store import run_bundle
 from cosigner.policy.tenancy import Fanout, is_operator
 
 EXAMPLES = 5
+#: ``not_replayed`` reason of a decision whose event does not read back.
+UNREADABLE = "event_unreadable"
 PAGE = 500
 YIELD_EVERY = 50
 #: Reasons set before policy runs (run contract, standing rejection): a candidate policy
@@ -58,6 +63,8 @@ PRE_POLICY = frozenset({"deadline_passed", "outside_contract", "budget_exhausted
 #: Reason codes that are the candidate's faults rather than its decisions.
 CANDIDATE_ERRORS = frozenset({"policy_error", "undefined", "engine_unavailable"})
 _INPUT_KEYS = frozenset({"args", "context", "principal", "initiator", "run", "tool"})
+#: Each event body, or a marker when it does not read.
+_BODY = event_row.lenient(audit_events.c.body)
 #: Substituted for a masked value to see whether the candidate reads it.
 _PROBE = 0
 
@@ -192,11 +199,12 @@ async def logged_decisions(db: Database, *, tenant: str, since: datetime | None,
                            until: datetime | None, page: int = PAGE
                            ) -> AsyncIterator[Logged]:
     """``tenant``'s ``decision.made`` events in ``[since, until)`` in chain order, one
-    keyset page (``seq > last``) per short read transaction, with their stored inputs."""
+    keyset page (``seq > last``) per short read transaction, with their stored inputs.
+    An event that does not read back is yielded as not replayable (:data:`UNREADABLE`)."""
     last = 0
     while True:
         query = (select(audit_events.c.seq, audit_events.c.decision_id,
-                        audit_events.c.effect, audit_events.c.body)
+                        audit_events.c.effect, audit_events.c.tool, _BODY)
                  .where(audit_events.c.tenant == tenant,
                         audit_events.c.type == "decision.made", audit_events.c.seq > last)
                  .order_by(audit_events.c.seq).limit(page))
@@ -215,7 +223,13 @@ async def logged_decisions(db: Database, *, tenant: str, since: datetime | None,
                            call_inputs.c.decision_id.in_(wanted)))
                 stored = {r.decision_id: r.input for r in found}
         for row in rows:
-            yield logged_decision(json.loads(row.body), stored.get(row.decision_id))
+            body = event_row.readable(row.body, tenant=tenant, seq=int(row.seq),
+                                      reader="a policy replay")
+            if body is None:  # counted as not replayed, never silently dropped
+                yield Logged(str(row.decision_id), str(row.tool), str(row.effect), None, (),
+                             UNREADABLE)
+                continue
+            yield logged_decision(body, stored.get(row.decision_id))
         if len(rows) < page:
             return
         last = int(rows[-1].seq)

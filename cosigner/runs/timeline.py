@@ -6,11 +6,16 @@ arguments **as logged**, i.e. already masked by :func:`cosigner.audit.chain.appe
 masked again by :func:`cosigner.audit.masking.mask_value` for the always-secret keys), the
 outcome report (``decision_outcomes``), the permit's state and the approval request's
 status. Bounded: the latest ``limit`` decisions, with the run's total count.
+
+A ``decision.made`` event that does not read back (rows deleted or damaged outside
+Cosigner: :class:`~cosigner.db.event_row.EventUnreadable`) is left out with a logged
+warning: its entry is still listed, from the ``decisions`` table, with ``args`` ``None``
+as when the log holds no arguments. The panel is information for the approver, never the
+authority for anything (the approval request shows its own arguments).
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +23,7 @@ from sqlalchemy import func, select
 
 from cosigner.audit.masking import mask_value
 from cosigner.core.clock import isoformat
-from cosigner.db import response_row
+from cosigner.db import event_row, response_row
 from cosigner.db.database import Database
 from cosigner.db.tables import audit_events, decisions, permits
 from cosigner.db.tables_approvals import approvals
@@ -26,6 +31,8 @@ from cosigner.db.tables_runs import decision_outcomes
 
 #: Most decisions one panel shows (the latest ones).
 MAX_ENTRIES = 50
+#: Each event body, or a marker when it does not read (left out, logged).
+_BODY = event_row.lenient(audit_events.c.body)
 
 
 def _utc(moment: datetime) -> datetime:
@@ -46,7 +53,8 @@ async def run_timeline(db: Database, *, tenant: str, run_id: str, now: datetime,
     Each entry: ``{decision_id, at (RFC 3339 UTC), tool, effect, reasons: [code], args
     (masked, or None when the log holds none), args_hash, mode (None | "shadow"),
     approval: {id, status} | None, permit_status: issued|redeemed|revoked|expired | None,
-    outcome: {outcome, side_effect, cost_minor (minor units)} | None}``.
+    outcome: {outcome, side_effect, cost_minor (minor units)} | None}``. ``args`` is also
+    ``None`` when the decision's event does not read back (module docstring).
     """
     limit = max(1, min(limit, MAX_ENTRIES))
     where = (decisions.c.tenant == tenant, decisions.c.run_id == run_id)
@@ -62,10 +70,12 @@ async def run_timeline(db: Database, *, tenant: str, run_id: str, now: datetime,
         ids = [row.id for row in rows]
         if not ids:
             return {"entries": [], "total": total}
-        bodies = {r.decision_id: r.body for r in (await conn.execute(
-            select(audit_events.c.decision_id, audit_events.c.body).where(
+        bodies = {r.decision_id: body for r in (await conn.execute(
+            select(audit_events.c.decision_id, audit_events.c.seq, _BODY).where(
                 audit_events.c.tenant == tenant, audit_events.c.decision_id.in_(ids),
-                audit_events.c.type == "decision.made"))).all()}
+                audit_events.c.type == "decision.made"))).all()
+            if (body := event_row.readable(r.body, tenant=tenant, seq=int(r.seq),
+                                           reader="the run panel")) is not None}
         outcomes = {r.decision_id: r for r in (await conn.execute(
             select(decision_outcomes).where(decision_outcomes.c.tenant == tenant,
                                             decision_outcomes.c.decision_id.in_(ids)))).all()}
@@ -78,7 +88,7 @@ async def run_timeline(db: Database, *, tenant: str, run_id: str, now: datetime,
                                                  approvals.c.decision_id.in_(ids)))).all()}
     entries = []
     for row in reversed(rows):
-        payload = json.loads(bodies[row.id]).get("payload", {}) if row.id in bodies else {}
+        payload = bodies[row.id].get("payload", {}) if row.id in bodies else {}
         answer = response_row.answer(row)
         response = answer if isinstance(answer, dict) else {}
         request = requests.get(row.id)

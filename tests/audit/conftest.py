@@ -57,3 +57,17 @@ async def seeded_export(h: Harness, tenant: str, decisions: int = 9,
 
 def records(lines: list[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
+
+
+async def old_and_new(h: Harness, tenant: str, clock: Any) -> dict[str, Any]:
+    """Three decisions and a checkpoint (returned), then 40 days later two decisions: a
+    log with something to prune (``clock`` is the harness's FrozenClock)."""
+    runtime = await h.headers(tenant, "runtime")
+    auditor = await h.headers(tenant, "auditor")
+    for _ in range(3):
+        await decide(h, runtime)
+    old = await checkpoint(h, auditor)
+    clock.advance(days=40)
+    for _ in range(2):
+        await decide(h, runtime)
+    return old

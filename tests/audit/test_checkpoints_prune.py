@@ -15,7 +15,14 @@ from cosigner.cli import main as cli
 from cosigner.core.clock import FrozenClock
 from cosigner.core.roles import SYSTEM_TENANT
 from cosigner.db.tables import audit_events
-from tests.audit.conftest import checkpoint, decide, export_lines, jwks, records
+from tests.audit.conftest import (
+    checkpoint,
+    decide,
+    export_lines,
+    jwks,
+    old_and_new,
+    records,
+)
 from tests.conftest import Harness
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -48,14 +55,8 @@ async def test_checkpoint_after_t_seconds(harness_factory: Any, tenant: str) -> 
 async def test_prune_keeps_the_log_verifiable(harness_factory: Any, tenant: str) -> None:
     clock = FrozenClock(T0)
     h: Harness = await harness_factory(clock=clock)
-    runtime = await h.headers(tenant, "runtime")
     auditor = await h.headers(tenant, "auditor")
-    for _ in range(3):
-        await decide(h, runtime)
-    old = await checkpoint(h, auditor)
-    clock.advance(days=40)
-    for _ in range(2):
-        await decide(h, runtime)
+    old = await old_and_new(h, tenant, clock)
     await checkpoint(h, auditor)
     result = await prune(h.db, tenant=tenant, before=T0.replace(day=20), now=clock(),
                          actor={"subject": "test", "principal_id": None, "kind": "cli"})

@@ -73,7 +73,9 @@ async def get_permit(request: Request, caller: CallerDep,
     """A permit's state (runtime or auditor of its tenant; 404 otherwise).
 
     Lets a client whose redeem response was lost learn whether the redeem happened
-    (and was its own) before retrying; see ``cosigner.permits.status``.
+    (and was its own) before retrying; see ``cosigner.permits.status``. A redeemed
+    permit whose redeem event no longer reads back from the decision log (damaged or
+    deleted rows) is answered 500 ``audit_event_unreadable``: do not execute.
     """
     caller.require("runtime", "auditor")
     ctx = context(request)
