@@ -115,3 +115,17 @@ def test_the_short_road_is_taken_for_a_decision_event() -> None:
     for payload in ({"amount": 1.5}, {"token": "x"}, {"k": (1,)}, {"😀": 1, "\uff41": 2}):
         odd = Event(type="x", actor={}, payload=payload, time=later)
         assert events._fast_body(odd, "t", 1, later, "p") is None
+
+
+def test_names_known_clear_never_hide_a_masked_one() -> None:
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    clean = Event(type="x", actor={"kind": "key"}, payload={"args": {"amount": 1}}, time=now)
+    assert events._fast_body(clean, "t", 1, now, "p") is not None
+    assert {"amount", "args", "kind"} <= events._CLEAR
+    # Every other name of these objects is known clear: the one masked name still counts.
+    for payload in ({"args": {"amount": 1, "token": "x"}}, {"args": {"amount": 1},
+                                                           "API-Key": "k"}):
+        odd = Event(type="x", actor={"kind": "key"}, payload=payload, time=now)
+        assert events._fast_body(odd, "t", 1, now, "p") is None
+        body, _, _ = stored_body(odd, tenant="t", seq=1, time=now, prev_hash="p")
+        assert body["payload"]["masked_paths"]
