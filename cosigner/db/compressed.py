@@ -226,7 +226,7 @@ def response_parts(value: Any) -> tuple[bytes, bytes, bytes, bytes] | None:
     if not isinstance(token, str) or not isinstance(value, dict) or not isinstance(
             permit, dict):
         return None
-    known = _minted.get(token) or _minted_before.get(token)
+    known = _minted.pop(token, None) or _minted_before.pop(token, None)  # stored once
     if known is not None:
         header, claims, signature = known
     else:
@@ -240,9 +240,10 @@ def response_parts(value: Any) -> tuple[bytes, bytes, bytes, bytes] | None:
     return answer, header, claims, signature
 
 
-#: Tokens minted lately → the bytes their segments spell (:func:`remember_token`): two
-#: generations of at most :data:`_MINTED_MAX` (the older dropped whole when the newer
-#: fills), so a token stored within thousands of mints of its signing is found.
+#: Tokens minted and not stored yet → the bytes their segments spell
+#: (:func:`remember_token`; :func:`response_parts` takes an entry out as it uses it, so
+#: only permits in flight are held): two generations of at most :data:`_MINTED_MAX` (the
+#: older dropped whole when the newer fills), for permits that are never stored here.
 _minted: dict[str, tuple[bytes, bytes, bytes]] = {}
 _minted_before: dict[str, tuple[bytes, bytes, bytes]] = {}
 _MINTED_MAX = 2048
@@ -252,8 +253,9 @@ def remember_token(token: str, header: bytes, claims: bytes, signature: bytes) -
     """Record that compact JWS ``token`` is exactly the unpadded base64url of ``header``,
     ``claims`` and ``signature`` joined by ``.`` (as
     :meth:`cosigner.keys.keyring.Keyring.sign_parts` returns them), so storing it in form
-    2 or 3 takes those bytes instead of decoding the token and spelling it again: what
-    :func:`response_parts` gives is the same either way (tests/db/test_compressed.py)."""
+    2 or 3 takes those bytes instead of decoding the token and spelling it again, once
+    (a token stored again is decoded): what :func:`response_parts` gives is the same
+    either way (tests/db/test_token_parts.py)."""
     global _minted, _minted_before  # noqa: PLW0603 - two generations, swapped whole
     if len(_minted) >= _MINTED_MAX:
         _minted_before, _minted = _minted, {}

@@ -38,13 +38,17 @@ def forget() -> None:
 
 
 def stored_both_ways(value: dict[str, Any], parts: tuple[bytes, bytes, bytes]
-                     ) -> tuple[Any, Any]:
-    forget()
-    decoded = (compressed.response_parts(value), compressed.bind_response(value),
-               response_row.bind(value, REFS))
-    compressed.remember_token(value["permit"]["token"], *parts)
-    remembered = (compressed.response_parts(value), compressed.bind_response(value),
-                  response_row.bind(value, REFS))
+                     ) -> tuple[list[Any], list[Any]]:
+    """What each storing function gives for ``value`` from its token decoded, and from
+    ``parts`` remembered (each takes the remembered parts out: remembered again)."""
+    decoded, remembered = [], []
+    for store in (compressed.response_parts, compressed.bind_response,
+                  lambda value: response_row.bind(value, REFS)):
+        forget()
+        decoded.append(store(value))
+        compressed.remember_token(value["permit"]["token"], *parts)
+        remembered.append(store(value))
+        assert value["permit"]["token"] not in compressed._minted  # noqa: SLF001 - used once
     forget()
     return decoded, remembered
 
@@ -74,6 +78,15 @@ def test_a_minted_permit_is_stored_from_its_remembered_parts() -> None:
     assert ".".join(b64url(raw) for raw in remembered) == token
     decoded, again = stored_both_ways(answer(token), remembered)
     assert again == decoded
+
+
+def test_a_token_stored_again_is_decoded_again() -> None:
+    forget()
+    token = ".".join(b64url(raw) for raw in (b"h", b"c", b"s"))
+    compressed.remember_token(token, b"h", b"c", b"s")
+    first = compressed.bind_response(answer(token))
+    assert token not in compressed._minted  # noqa: SLF001
+    assert compressed.bind_response(answer(token)) == first
 
 
 def test_remembered_tokens_are_bounded() -> None:
