@@ -227,17 +227,16 @@ def response_parts(value: Any) -> tuple[bytes, bytes, bytes, bytes] | None:
             permit, dict):
         return None
     known = _minted.pop(token, None) or _minted_before.pop(token, None)  # stored once
-    if known is not None:
-        header, claims, signature = known
-    else:
+    if known is None:
         parts = token.split(".")
         if len(parts) != 3:
             return None
         header, claims, signature = (_b64url_exact(part) for part in parts)
         if header is None or claims is None or signature is None:
             return None  # not the one spelling of its bytes: keep it as it was written
+        known = header, claims, signature
     answer = _json_bytes({**value, "permit": {**permit, "token": ""}})
-    return answer, header, claims, signature
+    return answer, *known
 
 
 #: Tokens minted and not stored yet → the bytes their segments spell

@@ -217,7 +217,7 @@ def ed25519_signer(seed: bytes) -> Callable[[bytes], bytes]:
         signed = new("unsigned char[]", len(message) + 64)
         if crypto_sign_raw(signed, null, message, len(message), secret) != 0:
             raise RuntimeError("Unexpected library error")
-        return buffer(signed, 64)[:]
+        return bytes(buffer(signed, 64))
 
     return sign_direct
 
