@@ -226,14 +226,39 @@ def response_parts(value: Any) -> tuple[bytes, bytes, bytes, bytes] | None:
     if not isinstance(token, str) or not isinstance(value, dict) or not isinstance(
             permit, dict):
         return None
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    header, claims, signature = (_b64url_exact(part) for part in parts)
-    if header is None or claims is None or signature is None:
-        return None  # not the one spelling of its bytes: keep it as it was written
+    known = _minted.pop(token, None) or _minted_before.pop(token, None)  # stored once
+    if known is None:
+        parts = token.split(".")
+        if len(parts) != 3:
+            return None
+        header, claims, signature = (_b64url_exact(part) for part in parts)
+        if header is None or claims is None or signature is None:
+            return None  # not the one spelling of its bytes: keep it as it was written
+        known = header, claims, signature
     answer = _json_bytes({**value, "permit": {**permit, "token": ""}})
-    return answer, header, claims, signature
+    return answer, *known
+
+
+#: Tokens minted and not stored yet → the bytes their segments spell
+#: (:func:`remember_token`; :func:`response_parts` takes an entry out as it uses it, so
+#: only permits in flight are held): two generations of at most :data:`_MINTED_MAX` (the
+#: older dropped whole when the newer fills), for permits that are never stored here.
+_minted: dict[str, tuple[bytes, bytes, bytes]] = {}
+_minted_before: dict[str, tuple[bytes, bytes, bytes]] = {}
+_MINTED_MAX = 2048
+
+
+def remember_token(token: str, header: bytes, claims: bytes, signature: bytes) -> None:
+    """Record that compact JWS ``token`` is exactly the unpadded base64url of ``header``,
+    ``claims`` and ``signature`` joined by ``.`` (as
+    :meth:`cosigner.keys.keyring.Keyring.sign_parts` returns them), so storing it in form
+    2 or 3 takes those bytes instead of decoding the token and spelling it again, once
+    (a token stored again is decoded): what :func:`response_parts` gives is the same
+    either way (tests/db/test_token_parts.py)."""
+    global _minted, _minted_before  # noqa: PLW0603 - two generations, swapped whole
+    if len(_minted) >= _MINTED_MAX:
+        _minted_before, _minted = _minted, {}
+    _minted[token] = (header, claims, signature)
 
 
 def join_parts(answer: bytes, header: bytes, claims: bytes, signature: bytes) -> bytes:

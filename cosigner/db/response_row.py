@@ -34,6 +34,7 @@ V3_ROW = compressed.V3_ROW
 #: The row's columns an answer may refer to, in reference order (1..4).
 REF_COLUMNS = ("id", "request_id", "args_hash", "policy_revision")
 _MARK = b"\x1a"
+_MARK_BYTE = _MARK[0]
 _MIN_REF = 8
 #: Between the three parts while they are searched (no text holds 0x1A, no mark 0x00).
 _SEPARATOR = _MARK + b"\x00"
@@ -47,7 +48,9 @@ def pack(value: Any, refs: Sequence[str | None]) -> bytes | None:
     if parts is None:
         return None
     answer, header, claims, signature = parts
-    if _MARK in answer or _MARK in header or _MARK in claims:
+    # The byte as an int: ``bytes in bytes`` first tries the needle as an integer,
+    # raising and clearing a TypeError each time (three per answer).
+    if _MARK_BYTE in answer or _MARK_BYTE in header or _MARK_BYTE in claims:
         return None
     usable = [(len(text), _MARKS[i], text.encode()) for i, text in enumerate(refs)
               if isinstance(text, str) and len(text) >= _MIN_REF and text.isprintable()]

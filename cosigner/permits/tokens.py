@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, NotRequired, TypedDict
 from cosigner.core.clock import numeric_date
 from cosigner.core.errors import PermitRefused
 from cosigner.core.ids import new_hex_id
+from cosigner.db import compressed
 from cosigner.keys.keyring import Keyring
 
 __all__ = [
@@ -130,7 +131,8 @@ def mint_permit(
 
     ``policy`` holds ``id``, ``version``, ``revision`` (strings). Each approver holds ``id``,
     ``role`` and ``at`` (aware datetime or NumericDate int). ``jti`` defaults to a
-    time-ordered UUIDv7 in hex (:mod:`cosigner.core.ids`).
+    time-ordered UUIDv7 in hex (:mod:`cosigner.core.ids`). The token's decoded segments
+    are remembered for its storage (:func:`cosigner.db.compressed.remember_token`).
 
     Raises:
         ValueError: ``ttl_s`` not in ``1..keyring.max_token_lifetime_s`` (a longer permit could
@@ -149,7 +151,11 @@ def mint_permit(
         tuple(_approver_ref(approver, error=ValueError, accept_datetime=True)
               for approver in approvers) if approvers else (),
         break_glass, standing_id)
-    return keyring.sign(claims.to_json(), typ=PERMIT_TYP), claims
+    token, header, payload, signature = keyring.sign_parts(claims.to_json(), typ=PERMIT_TYP)
+    # Stored decoded beside its decision (cosigner.db.compressed, form 2/3): the bytes
+    # are at hand here, so the store need not decode the token and spell it again.
+    compressed.remember_token(token, header, payload, signature)
+    return token, claims
 
 
 def verify_permit_token(

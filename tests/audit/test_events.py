@@ -11,10 +11,12 @@ mask pointers, and non-string keys.
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError, fields, replace
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -115,3 +117,44 @@ def test_the_short_road_is_taken_for_a_decision_event() -> None:
     for payload in ({"amount": 1.5}, {"token": "x"}, {"k": (1,)}, {"😀": 1, "\uff41": 2}):
         odd = Event(type="x", actor={}, payload=payload, time=later)
         assert events._fast_body(odd, "t", 1, later, "p") is None
+
+
+def test_names_known_clear_never_hide_a_masked_one() -> None:
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    clean = Event(type="x", actor={"kind": "key"}, payload={"args": {"amount": 1}}, time=now)
+    assert events._fast_body(clean, "t", 1, now, "p") is not None
+    assert {"amount", "args", "kind"} <= events._CLEAR
+    # Every other name of these objects is known clear: the one masked name still counts.
+    for payload in ({"args": {"amount": 1, "token": "x"}}, {"args": {"amount": 1},
+                                                           "API-Key": "k"}):
+        odd = Event(type="x", actor={"kind": "key"}, payload=payload, time=now)
+        assert events._fast_body(odd, "t", 1, now, "p") is None
+        body, _, _ = stored_body(odd, tenant="t", seq=1, time=now, prev_hash="p")
+        assert body["payload"]["masked_paths"]
+
+
+def _built(init: Any, *args: Any, **kwargs: Any) -> Any:
+    event = object.__new__(Event)
+    try:
+        init(event, *args, **kwargs)
+    except TypeError as exc:
+        return TypeError, str(exc).split("() ", 1)[-1]  # the function's name differs
+    return tuple(getattr(event, item.name) for item in fields(Event))
+
+
+FIELDS = [item.name for item in fields(Event)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(given_fields=st.dictionaries(st.sampled_from([*FIELDS, "nope"]),
+                                    st.none() | st.text(max_size=3)),
+       positional=st.lists(st.text(max_size=3), max_size=len(FIELDS) + 1))
+def test_the_slot_init_builds_what_the_dataclass_init_builds(
+        given_fields: dict[str, Any], positional: list[str]) -> None:
+    # (The generated one's TypeError messages name the class qualname the same way.)
+    assert (_built(Event.__init__, *positional, **given_fields)
+            == _built(events._dataclass_init, *positional, **given_fields))
+    event = Event(type="x", actor={}, tool="t")
+    assert replace(event, tool="u") == Event(type="x", actor={}, tool="u")
+    with pytest.raises(FrozenInstanceError):
+        event.tool = "v"  # type: ignore[misc]

@@ -26,6 +26,17 @@ def test_libsodium_signature_is_cryptography_s(seed: bytes, message: bytes) -> N
     private.public_key().verify(signer(message), message)
 
 
+@settings(max_examples=200, deadline=None)
+@given(seed=st.binary(min_size=32, max_size=32), message=st.binary(max_size=2048))
+def test_the_direct_libsodium_call_signs_as_pynacl_s_wrapper(seed: bytes,
+                                                              message: bytes) -> None:
+    from nacl.bindings import crypto_sign, crypto_sign_seed_keypair
+
+    signature = ed25519_signer(seed)(message)
+    assert type(signature) is bytes
+    assert signature == crypto_sign(message, crypto_sign_seed_keypair(seed)[1])[:64]
+
+
 @pytest.mark.usefixtures("without_pynacl")
 def test_without_pynacl_cryptography_signs() -> None:
     seed = bytes(range(32))
