@@ -21,7 +21,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import bindparam, exists, select
+from sqlalchemy import bindparam, false, func, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -46,8 +46,16 @@ GENESIS = "sha256:" + "0" * 64
 
 #: Whether the head's own event row is there: when it was deleted by hand, the next event
 #: keeps its ``prev_hash`` in its own row (:mod:`cosigner.db.event_row`), so it still reads.
-_HEAD_ROW = exists().where(audit_events.c.tenant == audit_heads.c.tenant,
-                           audit_events.c.seq == audit_heads.c.seq)
+#: Written as "the first seq at or after the head's is the head's" so that the only plan
+#: is a probe of the ``(tenant, seq)`` key: PostgreSQL's generic plan of ``EXISTS (…
+#: seq = …)``, made on a fresh (empty) database, searched ``(tenant, time)`` and
+#: filtered on seq — a scan of the tenant's events per head lock (as in
+#: :mod:`cosigner.db.raw_pg`'s ``_HEAD``).
+_HEAD_ROW = func.coalesce(
+    select(audit_events.c.seq).where(audit_events.c.tenant == audit_heads.c.tenant,
+                                     audit_events.c.seq >= audit_heads.c.seq)
+    .order_by(audit_events.c.seq).limit(1).correlate(audit_heads).scalar_subquery()
+    == audit_heads.c.seq, false())
 _HEAD = select(audit_heads.c.seq, audit_heads.c.hash, _HEAD_ROW.label("present")).where(
     audit_heads.c.tenant == bindparam("tenant"))
 _HEAD_FOR_UPDATE = _HEAD.with_for_update()

@@ -73,13 +73,16 @@ def _no_masked_keys(doc: Any) -> bool:
         text = orjson.dumps(doc, option=_PROOF_OPTIONS)
     except (orjson.JSONEncodeError, TypeError):
         return False
-    if b"\\" in text:
+    # Byte searches written as ``0x5C in`` / ``find``: ``b"..." in text`` first tries the
+    # needle as an integer, raising and clearing a TypeError each time (~1.8k instructions).
+    if 0x5C in text:  # a backslash
         return False
     if not text.isascii() and _LOWERS_TO_ASCII.search(text.decode()):
         return False
     folded = text.lower().translate(None, b"_-")
-    return not (b"token" in folded or b"secret" in folded or b"password" in folded
-                or b"apikey" in folded or b"authorization" in folded)
+    return (folded.find(b"token") < 0 and folded.find(b"secret") < 0
+            and folded.find(b"password") < 0 and folded.find(b"apikey") < 0
+            and folded.find(b"authorization") < 0)
 
 
 #: Member names found not :func:`is_always_masked` (names repeat from event to event).

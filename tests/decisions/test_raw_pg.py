@@ -314,5 +314,34 @@ async def test_generic_plans_on_empty_tables_probe_the_unique_keys(harness: Any)
     assert "Index Cond: ((tenant = (h.tenant)::text) AND (seq >= h.seq))" in head, head
 
 
+async def test_the_core_head_lock_probes_the_seq_key_on_empty_tables(harness: Any) -> None:
+    """The SQLAlchemy path's head lock (:mod:`cosigner.audit.chain`, a redo item by item
+    and every approval write) as its generic plan on a fresh database: a probe of the
+    ``(tenant, seq)`` key, as the raw link's (its ``EXISTS (… seq = …)`` searched
+    ``(tenant, time)`` and filtered on seq before session 9)."""
+    from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
+
+    from cosigner.audit import chain
+
+    sql = str(chain._HEAD_FOR_UPDATE.compile(dialect=pg_asyncpg.dialect()))  # noqa: SLF001
+    link = raw_pg.PgLink(harness.db)
+    try:
+        async with link.transaction() as pg:
+            for name in ("audit_events", "audit_heads"):
+                await pg.execute(f"CREATE TEMP TABLE {name} (LIKE public.{name} "
+                                 "INCLUDING ALL) ON COMMIT DROP")
+            await pg.execute(f"PREPARE s9_core_head AS {sql}")
+            plan = "\n".join(r[0] for r in await pg.fetch(
+                "EXPLAIN EXECUTE s9_core_head(1, 't')"))
+            await pg.execute("DEALLOCATE s9_core_head")
+            raise _Rollback
+    except _Rollback:
+        pass
+    finally:
+        await link.close()
+    assert "Index Cond: ((tenant = (audit_heads.tenant)::text) AND (seq >= audit_heads.seq))" \
+        in plan, plan
+
+
 class _Rollback(Exception):
     pass
