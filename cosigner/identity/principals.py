@@ -214,8 +214,10 @@ class KeyAuthenticator:
 
     Single flight: concurrent lookups of one key id share one database read (a cold
     burst of N requests with one key makes one read, not N). A request joins only a read
-    started under the current cache: a generation bump or :meth:`forget` makes later
-    requests start their own, so a disable is never answered by a read begun before it.
+    started under the current cache that has not sent its statement yet: a generation
+    bump or :meth:`forget` makes later requests start their own, and so does a read's
+    snapshot, so a request is never answered from a snapshot older than its arrival (a
+    disable committed before it is seen, cache freshness aside).
     """
 
     def __init__(self, db: Database) -> None:
@@ -303,8 +305,15 @@ class KeyAuthenticator:
         return await asyncio.shield(task)
 
     async def _read(self, key_id: str, now: float) -> _CacheEntry:
-        generation, cache = self._generation, self._cache
+        generation, cache, inflight = self._generation, self._cache, self._inflight
         async with self._db.read() as conn:
+            # From here on the read has its snapshot: a request arriving later starts its
+            # own (one joined after, e.g. just after a revoke committed, would be answered
+            # from a snapshot older than itself). A cold burst still joins: its requests
+            # arrive before this read's first step.
+            task = asyncio.current_task()
+            if task is not None and inflight.get(key_id) is task:
+                del inflight[key_id]
             row = (await conn.execute(
                 select(api_keys.c.secret_hash, api_keys.c.revoked_at, principals.c.id,
                        principals.c.tenant, principals.c.subject, principals.c.roles,

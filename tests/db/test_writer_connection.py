@@ -1,11 +1,16 @@
 """The kept SQLite write connection of group-commit batches (issue 20): one connection
 across batches, another process's write lock still waited for (up to the busy timeout),
-and a connection left in an unknown state never reused."""
+a connection left in an unknown state never reused, and nothing of a failed COMMIT or of
+another process killed (-9) between its BEGIN IMMEDIATE and its COMMIT kept."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,9 +24,13 @@ from tests.conftest import migrated_database
 
 
 @pytest.fixture
-async def file_db(tmp_path: Path, sqlite_template: Path) -> AsyncIterator[Database]:
+async def file_db(tmp_path: Path, sqlite_template: Path,
+                  request: pytest.FixtureRequest) -> AsyncIterator[Database]:
+    """A migrated SQLite file with table ``w``; busy timeout 400 ms, or the test's
+    ``busy_ms`` marker's."""
+    marker = request.node.get_closest_marker("busy_ms")
     db = Database(migrated_database(tmp_path, "sqlite", None, sqlite_template),
-                  busy_timeout_ms=400)
+                  busy_timeout_ms=marker.args[0] if marker else 400)
     async with db.transaction() as conn:
         await conn.exec_driver_sql("CREATE TABLE w (x INTEGER PRIMARY KEY)")
     yield db
@@ -142,3 +151,66 @@ async def test_a_cancelled_commit_discards_the_connection(file_db: Database) -> 
         await task
     await batch(2)  # the next batch works (on a new connection if that one was dropped)
     assert 2 in _rows(file_db)
+
+
+def _path(db: Database) -> str:
+    return db.url.split("///", 1)[1]
+
+
+async def _batch(db: Database, *statements: str) -> None:
+    async with raw_transaction(db) as conn:
+        assert conn is not None
+        for statement in statements:
+            conn.execute(statement)
+
+
+async def test_a_failed_commit_keeps_nothing_and_the_next_batch_works(
+        file_db: Database) -> None:
+    async with file_db.transaction() as conn:  # checked at COMMIT only
+        await conn.exec_driver_sql(
+            "CREATE TABLE c (p INTEGER REFERENCES w(x) DEFERRABLE INITIALLY DEFERRED)")
+    with pytest.raises((UniqueViolation, Unavailable)):  # never an acknowledgement
+        await _batch(file_db, "INSERT INTO w VALUES (1)", "INSERT INTO c VALUES (999)")
+    assert _rows(file_db) == []
+    writer = file_db.sqlite_write_connection
+    assert writer is not None
+    driver = await writer.connection()
+    assert driver._connection is not None and not driver._connection.in_transaction
+    await _batch(file_db, "INSERT INTO w VALUES (2)")
+    assert _rows(file_db) == [2]
+    # The kept connection still never waits between calls (WAL) after the failure.
+    assert driver._connection.execute("PRAGMA busy_timeout").fetchone()[0] == 0
+
+
+_HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("INSERT INTO w VALUES (666)")
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.busy_ms(5000)
+async def test_a_writer_killed_between_begin_and_commit_leaves_nothing(
+        file_db: Database) -> None:
+    await _batch(file_db, "INSERT INTO w VALUES (1)")  # the kept connection is open
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, _path(file_db)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        waiting = asyncio.create_task(_batch(file_db, "INSERT INTO w VALUES (2)"))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # waits for the other process's write lock
+        os.kill(holder.pid, signal.SIGKILL)  # dies between its BEGIN and its COMMIT
+        holder.wait(10)
+        await asyncio.wait_for(waiting, 10)  # the lock died with it: our batch commits
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(10)
+    assert _rows(file_db) == [1, 2]  # nothing of the killed transaction
+    await _batch(file_db, "INSERT INTO w VALUES (3)")
+    assert _rows(file_db) == [1, 2, 3]

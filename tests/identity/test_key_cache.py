@@ -124,3 +124,23 @@ async def test_unknown_ids_are_evicted_before_known_keys(
             await auth.authenticate(f"csk_{i:016x}_{'A' * 43}")
         assert len(auth._cache) <= 10
     assert auth.cached(key) == caller  # the flood of made-up ids did not evict it
+
+
+async def test_a_stale_cache_never_answers_a_request_from_a_read_begun_before_it(
+        harness: Harness, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = await harness.key(tenant, "runtime")
+    auth = principals.KeyAuthenticator(harness.db)  # never observed: every request reads
+    gate, held = asyncio.Event(), asyncio.Event()
+    _count_reads(auth, monkeypatch, gate, held)
+    early = asyncio.create_task(auth.authenticate(key))
+    await held.wait()  # its read is done (the key active), its answer held
+    key_id = key.split("_")[1]
+    async with harness.db.transaction() as conn:
+        await conn.execute(api_keys.update().where(api_keys.c.id == key_id)
+                           .values(revoked_at=harness.context.clock()))
+    late = asyncio.create_task(auth.authenticate(key))  # arrives after the revoke
+    await asyncio.sleep(0)
+    gate.set()
+    assert (await early).tenant == tenant
+    with pytest.raises(Unauthenticated):
+        await late
