@@ -63,7 +63,8 @@ class InlineConnection(aiosqlite.Connection):
             try:
                 return fn(*args, **kwargs)
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+                # The primary code: SQLITE_BUSY_RECOVERY, _SNAPSHOT, _TIMEOUT also wait.
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
                     raise
             finally:
                 if not self._waits_never:
