@@ -29,18 +29,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from sqlalchemy import bindparam, select
-
-from cosigner.approvals.requests import expire_due
+from cosigner.approvals.requests import ANY_DUE, expire_due
 from cosigner.audit.checkpoints import Checkpointer
 from cosigner.audit.system import record_keyring
 from cosigner.context import AppContext
 from cosigner.core.errors import CosignerError
 from cosigner.db import generations
 from cosigner.db.polls import poll_rows
-from cosigner.db.raw_sql import RawStatement
 from cosigner.db.replica_sync import ReplicaSync
-from cosigner.db.tables_approvals import approvals
 from cosigner.keys.store import KeyringFollower
 from cosigner.policy.follower import PolicyFollower
 
@@ -49,10 +45,6 @@ if TYPE_CHECKING:  # imported below when configured (idle memory, issue 20)
     from cosigner.webhooks.worker import WebhookWorker
 
 log = logging.getLogger("cosigner.tasks")
-
-#: Whether the sweep has anything to do (the condition of :func:`expire_due`).
-_ANY_DUE = RawStatement(select(approvals.c.id).where(
-    approvals.c.status == "pending", approvals.c.expires_at <= bindparam("now")).limit(1))
 
 
 class Tasks:
@@ -152,7 +144,7 @@ class Tasks:
 
     async def _sweep_once(self) -> None:
         now = self.ctx.clock()
-        if not await poll_rows(self.ctx.db, _ANY_DUE, {"now": now}):
+        if not await poll_rows(self.ctx.db, ANY_DUE, {"now": now}):
             return
         count = await expire_due(self.ctx.db, now, settings=self.ctx.settings)
         if count:

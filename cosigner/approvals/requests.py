@@ -25,7 +25,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals.views import display_args
@@ -34,6 +34,7 @@ from cosigner.core.errors import (
     ApprovalStateError,
 )
 from cosigner.core.metrics import metrics
+from cosigner.db.raw_sql import RawStatement
 from cosigner.db.tables import permits
 from cosigner.db.tables_approvals import approvals, reviews
 
@@ -187,6 +188,16 @@ async def notify(conn: AsyncConnection, settings: Settings, row: Any, event_type
                          approval=approval, now=now)
 
 
+def _due(now: Any) -> tuple[ColumnElement[bool], ...]:
+    """Which requests :func:`expire_due` ends: pending, with ``expires_at <= now``."""
+    return approvals.c.status == "pending", approvals.c.expires_at <= now
+
+
+#: Whether :func:`expire_due` has anything to do at ``now`` (a bind value): one indexed
+#: read, for the sweep's quiet rounds (:mod:`cosigner.tasks`).
+ANY_DUE = RawStatement(select(approvals.c.id).where(*_due(bindparam("now"))).limit(1))
+
+
 async def expire_due(db: Database, now: datetime, *, settings: Settings | None = None,
                      tenant: str | None = None, limit: int = 500) -> int:
     """End the stages of pending requests with ``expires_at <= now`` (escalate or expire,
@@ -196,8 +207,7 @@ async def expire_due(db: Database, now: datetime, *, settings: Settings | None =
     ``approval.expired`` or ``approval.escalated`` event in its tenant's log, committed
     with it.
     """
-    query = select(approvals.c.id, approvals.c.tenant).where(
-        approvals.c.status == "pending", approvals.c.expires_at <= now)
+    query = select(approvals.c.id, approvals.c.tenant).where(*_due(now))
     if tenant is not None:
         query = query.where(approvals.c.tenant == tenant)
     async with db.read() as conn:

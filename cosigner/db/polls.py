@@ -12,7 +12,9 @@ another process committed is seen by the next poll.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
+
+from sqlalchemy.sql.base import Executable
 
 from cosigner.db.database import Database
 from cosigner.db.raw_sql import RawStatement, read_connection
@@ -31,4 +33,5 @@ async def poll_rows(db: Database, statement: RawStatement,
         if conn is not None:
             return statement.run(conn, db.engine.dialect, values)[0]
     async with db.read() as conn:
-        return [tuple(row) for row in (await conn.execute(statement.statement, values))]
+        query = cast(Executable, statement.statement)  # a SELECT (the docstring's contract)
+        return [tuple(row) for row in (await conn.execute(query, values))]
