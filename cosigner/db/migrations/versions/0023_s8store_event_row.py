@@ -109,12 +109,14 @@ def _hash_text(row: Any) -> str | None:
 
 def _text(body: Any) -> bytes | None:
     """The text of a form 1 (or TEXT) body; ``None`` for one that does not read (left as
-    it is)."""
+    it is): a damaged frame (``ValueError``), or a damaged frame header declaring more
+    bytes than can be allocated (``MemoryError``: zstd allocates the declared size before
+    decoding, as :mod:`cosigner.db.event_row` explains)."""
     from cosigner.db.compressed import decompress
 
     try:
         return decompress(body)
-    except ValueError:
+    except (ValueError, MemoryError):
         return None
 
 
