@@ -31,7 +31,7 @@ saw nothing arrive during the previous batch waits only if the last wait it coul
 taken brought at least one item. When every in-flight writer is already in the batch
 (clients in lockstep: all of them answered by one COMMIT, all back before the drain task
 runs again), the timer can only idle the event loop: at c=16 in process that was
-``max_wait_s`` (1 ms) per batch of 16, a quarter of the wall time (bench/README.md,
+``max_wait_s`` (1 ms) per batch of 16, a sixth of the wall time (bench/README.md,
 "Session 10: pipelining the COMMIT"). One fruitless wait turns this branch off; an item
 arriving while a batch gathers or commits (the first rule) turns gathering on again, and
 a wait that brings an item keeps the second rule on.

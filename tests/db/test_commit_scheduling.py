@@ -28,7 +28,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.core.errors import Unavailable
-from cosigner.db.batch import PgHooks, RawHooks, Write, savepoint_runner
+from cosigner.db.batch import Item, PgHooks, RawHooks, Write, savepoint_runner
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
 from cosigner.db.tables import permits
@@ -133,7 +133,7 @@ async def _slow_commits(db: Database, tenant: str) -> Callable[[], Awaitable[Non
     return undo_pg
 
 
-def _committer(db: Database, fail_when: str | None = None) -> GroupCommitter[Write]:
+def _committer(db: Database, fail_when: str | None = None) -> GroupCommitter[Item]:
     """The decision log's batch runner (raw SQLite / asyncpg bulk path) with guard and
     finish hooks that only fail a batch holding the write ``fail_when``."""
 
@@ -167,7 +167,7 @@ async def db(database_url: str) -> AsyncIterator[Database]:
     await database.dispose()
 
 
-async def _lockstep(committer: GroupCommitter[Write], visible: _Visible, tenant: str
+async def _lockstep(committer: GroupCommitter[Item], visible: _Visible, tenant: str
                     ) -> dict[str, Any]:
     """``CLIENTS`` clients × ``ROUNDS`` writes; each answer checked against the
     database at once. Returns jti → the answer (the write, or the exception)."""
@@ -225,7 +225,7 @@ async def test_a_failed_batch_answers_each_of_its_waiters_503(db: Database,
         assert all(answers[jti].code == "storage_unavailable" for jti in failed)
         assert committer.stats.failed_batches == 1
         # The failed batch's rows were rolled back; every other batch's rows are kept.
-        for jti, answer in answers.items():
+        for jti in answers:
             assert await visible(jti) == (jti not in failed), jti
         assert any(isinstance(a, Write) and a.result.endswith(f"-{ROUNDS - 1}")
                    for a in answers.values())  # the writer went on after the failure
