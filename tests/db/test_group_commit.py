@@ -185,7 +185,7 @@ async def test_lockstep_writers_stop_waiting_for_company_that_cannot_come() -> N
 
     await asyncio.gather(*(client(name) for name in "abc"))
     assert batches == [[f"{n}{r}" for n in "abc"] for r in range(4)]
-    assert rounds[0] >= wait_s  # the one fruitless wait
+    assert rounds[0] >= wait_s * 0.9  # the one fruitless wait (timer granularity aside)
     assert all(took < wait_s for took in rounds[1:])  # the timer never ran again
 
     gate = asyncio.Event()
