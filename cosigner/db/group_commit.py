@@ -25,6 +25,16 @@ were in flight at the same time. A lone request (one client, or a quiet moment) 
 committed at once instead of paying ``max_wait_s``; under concurrency batches form as
 before. The signal lasts one batch: a batch during which nothing arrived lets the next
 one commit at once again.
+
+Gathering only while it brings company: a batch that already holds several items but
+saw nothing arrive during the previous batch waits only if the last wait it could have
+taken brought at least one item. When every in-flight writer is already in the batch
+(clients in lockstep: all of them answered by one COMMIT, all back before the drain task
+runs again), the timer can only idle the event loop: at c=16 in process that was
+``max_wait_s`` (1 ms) per batch of 16, a sixth of the wall time (bench/README.md,
+"Session 10: pipelining the COMMIT"). One fruitless wait turns this branch off; an item
+arriving while a batch gathers or commits (the first rule) turns gathering on again, and
+a wait that brings an item keeps the second rule on.
 """
 
 from __future__ import annotations
@@ -96,6 +106,8 @@ class GroupCommitter(Generic[I]):
         self._busy = False
         #: An item arrived while a batch was gathering or committing (see the module doc).
         self._siblings = False
+        #: The last gather brought at least one item (see the module doc).
+        self._fruitful = True
         self._arrived = asyncio.Event()
         #: While a batch gathers: resolved when the queue can fill it (see _gather).
         self._filled: asyncio.Future[None] | None = None
@@ -194,10 +206,13 @@ class GroupCommitter(Generic[I]):
             self._busy = True
             try:
                 self._take(batch)
-                siblings, self._siblings = self._siblings or len(batch) > 1, False
+                siblings = self._siblings or (len(batch) > 1 and self._fruitful)
+                self._siblings = False
                 if siblings and len(batch) < self._max_batch and self._max_wait_s > 0:
+                    before = len(batch)
                     await self._gather(loop, self._max_batch - len(batch))
                     self._take(batch)
+                    self._fruitful = len(batch) > before
                 await self._commit(batch)
             finally:
                 self._busy = False

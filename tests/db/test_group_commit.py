@@ -154,3 +154,52 @@ async def test_a_batch_gathers_while_other_writes_are_in_flight() -> None:
     assert await b == "b" and loop.time() - b_at < 1.0  # a full batch ends the wait
     await committer.stop()
     assert batches == [["a"], ["b", "c"]]
+
+
+async def test_lockstep_writers_stop_waiting_for_company_that_cannot_come() -> None:
+    # Three clients in lockstep: each sends its next write when the previous is answered,
+    # so every batch already holds every writer in flight. The first batch (several
+    # items) waits max_wait_s once and gathers nothing; later batches commit at once.
+    # Then a write arriving while a batch commits turns gathering on again.
+    batches: list[list[str]] = []
+    gate: asyncio.Event | None = None
+
+    async def run(items: list[str]) -> list[object]:
+        batches.append(items)
+        if gate is not None and items == ["slow"]:
+            await gate.wait()
+        return list(items)
+
+    wait_s = 0.3
+    committer: GroupCommitter[str] = GroupCommitter(run, max_batch=4, max_wait_s=wait_s)
+    committer.start()
+    loop = asyncio.get_running_loop()
+    rounds: list[float] = []
+
+    async def client(name: str) -> None:
+        for round_no in range(4):
+            started = loop.time()
+            assert await committer.submit(f"{name}{round_no}") == f"{name}{round_no}"
+            if name == "a":
+                rounds.append(loop.time() - started)
+
+    await asyncio.gather(*(client(name) for name in "abc"))
+    assert batches == [[f"{n}{r}" for n in "abc"] for r in range(4)]
+    assert rounds[0] >= wait_s * 0.9  # the one fruitless wait (timer granularity aside)
+    assert all(took < wait_s for took in rounds[1:])  # the timer never ran again
+
+    gate = asyncio.Event()
+    slow = asyncio.create_task(committer.submit("slow"))
+    while batches[-1] != ["slow"]:
+        await asyncio.sleep(0)
+    b = asyncio.create_task(committer.submit("b"))
+    c = asyncio.create_task(committer.submit("c"))
+    await asyncio.sleep(0)
+    gate.set()  # b and c arrived while "slow" committed: their batch waits for company
+    assert await slow == "slow"
+    await asyncio.sleep(0.02)
+    assert not b.done() and not c.done()
+    assert await committer.submit("d") == "d"
+    assert await b == "b" and await c == "c"
+    await committer.stop()
+    assert batches[-1] == ["b", "c", "d"]

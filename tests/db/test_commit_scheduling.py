@@ -1,0 +1,235 @@
+"""Group-commit scheduling on a real database (SQLite file or PostgreSQL): clients in
+lockstep, each sending its next write the moment the previous one is answered, so that
+every batch holds every writer in flight and the drain task starts each batch with no
+gather wait (cosigner.db.group_commit, "Gathering only while it brings company").
+
+* No acknowledgement before the COMMIT (DESIGN invariant 2): the moment a waiter is
+  answered, its row is visible from another connection. The COMMIT is slowed (SQLite: a
+  trace callback on the kept write connection sleeps before the ``COMMIT`` statement, on
+  the worker thread; PostgreSQL: a deferred constraint trigger sleeps at commit), so an
+  answer sent before the COMMIT ended would find its row missing.
+* No lost waiter: every submit is answered, with its own result, within a bound.
+* A batch that fails answers 503 ``storage_unavailable`` to each of its waiters, nothing
+  of it is kept, and the writer goes on with the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cosigner.core.errors import Unavailable
+from cosigner.db.batch import Item, PgHooks, RawHooks, Write, savepoint_runner
+from cosigner.db.database import Database
+from cosigner.db.group_commit import GroupCommitter
+from cosigner.db.tables import permits
+
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+CLIENTS = 8
+ROUNDS = 6
+#: How long each COMMIT is held (SQLite: once per batch; PostgreSQL: once per row).
+SLOW_COMMIT_S = 0.02
+SLOW_ROW_S = 0.003
+
+
+def _row(tenant: str, jti: str) -> dict[str, Any]:
+    return {"jti": jti, "tenant": tenant, "decision_id": f"d-{jti}", "approval_id": None,
+            "run_id": "r", "tool": "t", "args_hash": "h", "status": "issued",
+            "issued_at": NOW, "expires_at": NOW, "redeemed_at": None, "revoked_at": None}
+
+
+def _write(tenant: str, jti: str) -> Write:
+    return Write(tenant, [], jti, [(permits, _row(tenant, jti))])
+
+
+class _Visible:
+    """Whether a permit row is committed, read on a connection of its own (never the
+    writer's): synchronous ``sqlite3`` on a file, an asyncpg pool (one connection per
+    client) on PostgreSQL."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        # The jti as stored (a compact id: bytes on SQLite), through the column's type.
+        dialect = db.engine.dialect
+        self.key = permits.c.jti.type.dialect_impl(dialect).bind_processor(dialect) or str
+        self.sqlite: sqlite3.Connection | None = None
+        self.pg: asyncpg.Pool | None = None
+
+    async def open(self) -> None:
+        if self.db.is_sqlite:
+            self.sqlite = sqlite3.connect(self.db.url.split("///", 1)[1],
+                                          isolation_level=None)
+        else:
+            self.pg = await asyncpg.create_pool(_dsn(self.db), min_size=CLIENTS,
+                                                max_size=CLIENTS)
+
+    async def __call__(self, jti: str) -> bool:
+        sql = "SELECT count(*) FROM permits WHERE jti = "
+        if self.sqlite is not None:  # no await between the answer and this read
+            return bool(self.sqlite.execute(sql + "?", (self.key(jti),)).fetchone()[0])
+        assert self.pg is not None
+        return bool(await self.pg.fetchval(sql + "$1", self.key(jti)))
+
+    async def close(self) -> None:
+        if self.sqlite is not None:
+            self.sqlite.close()
+        if self.pg is not None:
+            await self.pg.close()
+
+
+def _dsn(db: Database) -> str:
+    return db.engine.url.render_as_string(hide_password=False).replace(
+        "postgresql+asyncpg://", "postgresql://")
+
+
+async def _slow_commits(db: Database, tenant: str) -> Callable[[], Awaitable[None]]:
+    """Hold every COMMIT of ``tenant``'s batches for a while; returns the undo."""
+    if db.is_sqlite:
+        writer = db.sqlite_write_connection
+        assert writer is not None
+        conn = (await writer.connection())._connection
+        assert conn is not None
+
+        def trace(sql: str) -> None:
+            if sql == "COMMIT":  # on the worker thread, before the commit is durable
+                time.sleep(SLOW_COMMIT_S)
+
+        conn.set_trace_callback(trace)
+
+        async def undo_sqlite() -> None:
+            conn.set_trace_callback(None)
+
+        return undo_sqlite
+    name = "slow_" + tenant.replace("-", "_")
+    admin = await asyncpg.connect(_dsn(db))
+    try:
+        await admin.execute(
+            f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN PERFORM pg_sleep({SLOW_ROW_S}); RETURN NULL; END $$")
+        await admin.execute(
+            f"CREATE CONSTRAINT TRIGGER {name} AFTER INSERT ON permits "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+            f"WHEN (NEW.tenant = '{tenant}') EXECUTE FUNCTION {name}()")
+    finally:
+        await admin.close()
+
+    async def undo_pg() -> None:
+        admin = await asyncpg.connect(_dsn(db))
+        try:
+            await admin.execute(f"DROP TRIGGER IF EXISTS {name} ON permits")
+            await admin.execute(f"DROP FUNCTION IF EXISTS {name}()")
+        finally:
+            await admin.close()
+
+    return undo_pg
+
+
+def _committer(db: Database, fail_when: str | None = None) -> GroupCommitter[Item]:
+    """The decision log's batch runner (raw SQLite / asyncpg bulk path) with guard and
+    finish hooks that only fail a batch holding the write ``fail_when``."""
+
+    def check(writes: list[Write]) -> None:
+        if fail_when is not None and any(w.result == fail_when for w in writes):
+            raise OSError("the disk went away")  # not a database error: fails the batch
+
+    async def finish(conn: AsyncConnection, writes: list[Write]) -> None:
+        check(writes)
+
+    def finish_raw(conn: sqlite3.Connection, dialect: Dialect, writes: list[Write]) -> None:
+        check(writes)
+
+    async def guard_pg(conn: Any, dialect: Dialect, writes: list[Write]) -> dict[int, Any]:
+        return {}
+
+    async def finish_pg(conn: Any, dialect: Dialect, writes: list[Write]) -> None:
+        check(writes)
+
+    run = savepoint_runner(db, finish=finish,
+                           raw=RawHooks(lambda conn, dialect, writes: {}, finish_raw),
+                           pg=PgHooks(guard_pg, finish_pg))
+    # A long gather timer: lockstep batches must not wait for it (beyond the first).
+    return GroupCommitter(run, max_batch=64, max_wait_s=0.05, name="scheduling_test")
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    database = Database(database_url)
+    yield database
+    await database.dispose()
+
+
+async def _lockstep(committer: GroupCommitter[Item], visible: _Visible, tenant: str
+                    ) -> dict[str, Any]:
+    """``CLIENTS`` clients × ``ROUNDS`` writes; each answer checked against the
+    database at once. Returns jti → the answer (the write, or the exception)."""
+    answers: dict[str, Any] = {}
+    early: list[str] = []
+
+    async def client(number: int) -> None:
+        for round_no in range(ROUNDS):
+            jti = f"{tenant}-{number}-{round_no}"
+            try:
+                answer: Any = await committer.submit(_write(tenant, jti), key=tenant)
+            except Unavailable as exc:
+                answers[jti] = exc
+                continue
+            answers[jti] = answer
+            if not await visible(jti):
+                early.append(jti)
+
+    await asyncio.wait_for(asyncio.gather(*(client(n) for n in range(CLIENTS))), 60)
+    assert early == []  # each answer came after its COMMIT, never before
+    assert len(answers) == CLIENTS * ROUNDS  # every waiter answered: none lost
+    return answers
+
+
+async def test_lockstep_clients_are_answered_after_their_commit(db: Database,
+                                                                tenant: str) -> None:
+    visible = _Visible(db)
+    await visible.open()
+    undo = await _slow_commits(db, tenant)
+    committer = _committer(db)
+    committer.start()
+    try:
+        answers = await _lockstep(committer, visible, tenant)
+    finally:
+        await committer.stop()
+        await undo()
+        await visible.close()
+    assert all(isinstance(a, Write) and a.result == jti for jti, a in answers.items())
+    # Lockstep: every batch held every client (one batch per round).
+    assert committer.stats.items == CLIENTS * ROUNDS
+    assert committer.stats.largest_batch == CLIENTS
+
+
+async def test_a_failed_batch_answers_each_of_its_waiters_503(db: Database,
+                                                              tenant: str) -> None:
+    visible = _Visible(db)
+    await visible.open()
+    undo = await _slow_commits(db, tenant)
+    committer = _committer(db, fail_when=f"{tenant}-3-2")
+    committer.start()
+    try:
+        answers = await _lockstep(committer, visible, tenant)
+        failed = {jti for jti, a in answers.items() if isinstance(a, Unavailable)}
+        assert f"{tenant}-3-2" in failed
+        assert all(answers[jti].code == "storage_unavailable" for jti in failed)
+        assert committer.stats.failed_batches == 1
+        # The failed batch's rows were rolled back; every other batch's rows are kept.
+        for jti in answers:
+            assert await visible(jti) == (jti not in failed), jti
+        assert any(isinstance(a, Write) and a.result.endswith(f"-{ROUNDS - 1}")
+                   for a in answers.values())  # the writer went on after the failure
+    finally:
+        await committer.stop()
+        await undo()
+        await visible.close()
