@@ -31,12 +31,12 @@ def b64url(raw: bytes) -> str:
 
 
 def answer(decision: str, request: str, args: str, revision: str | None,
-           claims: bytes | None = None, signature: bytes = b"\x9f" * 64) -> dict[str, Any]:
+           claims: bytes | None = None, signature: bytes = b"\x9f" * 64,
+           header: bytes = b'{"alg":"Ed25519","kid":"k"}') -> dict[str, Any]:
     claims = claims if claims is not None else orjson.dumps({
         "jti": "j", "decision_id": decision, "args_hash": args,
         "policy": {"revision": revision}, "request": request})
-    token = ".".join(b64url(raw) for raw in (b'{"alg":"Ed25519","kid":"k"}', claims,
-                                             signature))
+    token = ".".join(b64url(raw) for raw in (header, claims, signature))
     return {"decision_id": decision, "request_id": request, "effect": "allow",
             "policy": {"id": "p", "version": "1", "revision": revision},
             "args_hash": args, "permit": {"token": token, "jti": "j",
@@ -69,6 +69,68 @@ def test_form_3_reads_back_exactly(decision: str, request: str, args: str,
     else:  # a part holding 0x1A: form 2
         assert orjson.dumps(compressed.ResponseJSON().process_result_value(
             stored, None)) == orjson.dumps(value)  # type: ignore[arg-type]
+
+
+def _pack_as_before(value: Any, refs: Any) -> bytes | None:
+    """Form 3 as it was first written (session 7): the three parts joined by
+    ``0x1A 0x00``, each text replaced by a search of its first 12 bytes, then split."""
+    parts = compressed.response_parts(value)
+    if parts is None:
+        return None
+    answer_, header, claims, signature = parts
+    if b"\x1a" in answer_ or b"\x1a" in header or b"\x1a" in claims:
+        return None
+    usable = [(len(text_), b"\x1a" + bytes([i + 1]), text_.encode())
+              for i, text_ in enumerate(refs)
+              if isinstance(text_, str) and len(text_) >= 8 and text_.isprintable()]
+    usable.sort(reverse=True)
+    joined = b"\x1a\x00".join((answer_, header, claims))
+    for _, mark, needle in usable:
+        head, at, out, start = needle[:12], joined.find(needle[:12]), [], 0
+        if at < 0:
+            continue
+        while at >= 0:
+            if joined.startswith(needle, at):
+                out += (joined[start:at], mark)
+                start = at + len(needle)
+                at = joined.find(head, start)
+            else:
+                at = joined.find(head, at + 1)
+        out.append(joined[start:])
+        joined = b"".join(out)
+    answer_, header, claims = joined.split(b"\x1a\x00")
+    return bytes([compressed.V3_ROW]) + compressed._COMPRESSOR.compress(
+        compressed.join_parts(answer_, header, claims, signature))
+
+
+#: Texts that meet each other: prefixes and overlaps of one another, controls, DEL,
+#: characters beyond ASCII (printable or not), lone surrogates.
+_PIECES = ["ab", "abab", "a", "b", "\x00", "\x7f", "\x1f", " ", "é", "\u2028", "\x1a",
+           "sha256:", "7d", "-"]
+#: The answer's texts (JSON: no lone surrogate) and the row's (any string).
+NEAR_TEXTS = st.lists(st.sampled_from(_PIECES), max_size=12).map("".join) | TEXTS
+ROW_TEXTS = st.lists(st.sampled_from([*_PIECES, "\ud800"]), max_size=12).map("".join) | TEXTS
+
+
+@settings(max_examples=500, deadline=None)
+@given(decision=NEAR_TEXTS, request=NEAR_TEXTS, args=NEAR_TEXTS,
+       revision=st.none() | NEAR_TEXTS,
+       refs=st.lists(st.none() | ROW_TEXTS, min_size=4, max_size=4),
+       claims=st.none() | st.binary(max_size=120) | NEAR_TEXTS.map(str.encode),
+       signature=st.binary(max_size=80), same=st.booleans(),
+       header=st.binary(max_size=60) | NEAR_TEXTS.map(str.encode), zero=st.booleans())
+def test_form_3_is_the_bytes_it_was(decision: str, request: str, args: str,
+                                    revision: str | None, refs: list[str | None],
+                                    claims: bytes | None, signature: bytes, same: bool,
+                                    header: bytes, zero: bool) -> None:
+    """The one-search-per-text packing stores exactly the bytes the first one stored
+    (separator ``0x00``, or part by part when one holds a ``0x00``)."""
+    # The header holding row texts too, with or without a 0x00 byte (parts searched
+    # one by one, or joined).
+    header = header + (b"\x00" if zero else b"") + decision.encode() + args.encode()
+    value = answer(decision, request, args, revision, claims, signature, header)
+    row = (decision, request, args, revision) if same else tuple(refs)
+    assert response_row.pack(value, row) == _pack_as_before(value, row)
 
 
 def test_the_row_texts_are_not_in_the_frame() -> None:

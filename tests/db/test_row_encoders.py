@@ -16,6 +16,7 @@ import binascii
 import json
 from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given, settings
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from sqlalchemy import JSON, Boolean, Column, DateTime, LargeBinary, Table, text
 from sqlalchemy.engine import Dialect
 
-from cosigner.db import compressed, digest, response_row, sqlite_compact
+from cosigner.db import compressed, digest, event_row, response_row, sqlite_compact
 from cosigner.db.database import Database
 from cosigner.db.raw_insert import insert_many
 from cosigner.db.row_encoders import column_encoder, rows_encoder, table_encoders
@@ -76,6 +77,8 @@ def values_for(column: Column[Any]) -> st.SearchStrategy[Any] | None:
         found: st.SearchStrategy[Any] = DIGESTS
     elif kind is compressed.CompressedText:
         found = st.text(max_size=200)
+    elif kind is event_row.EventBody:  # a stored form as the chain packed it, or a text
+        found = st.binary(max_size=60) | st.text(max_size=200)
     elif kind is compressed.ResponseJSON:
         found = RESPONSES | JSON_VALUES
     elif kind is compressed.CompressedJSON or isinstance(column.type, JSON):
@@ -342,3 +345,32 @@ def test_the_shared_packings_stay_bounded_and_exact() -> None:
         assert memo[ident] == sqlite_compact.pack_uuid(ident)
         assert len(memo) <= _Memo.MAX
     assert len(memo) < _Memo.MAX
+
+
+class _Moment(datetime):
+    """A datetime subclass (its fields are read as a datetime's)."""
+
+
+#: Zones of every kind: none, fixed offsets, a region with daylight saving.
+ANY_ZONES = ZONES | st.just(ZoneInfo("Europe/Berlin"))
+
+
+@settings(max_examples=500, deadline=None)
+@given(moment=st.datetimes(min_value=datetime(1, 1, 1),
+                           max_value=datetime(9999, 12, 31, 23, 59, 59, 999999),
+                           timezones=ANY_ZONES, allow_imaginary=True),
+       fold=st.integers(0, 1), subclass=st.booleans(), day=st.dates())
+def test_instant_micros_are_sqlite_compact_micros(moment: datetime, fold: int,
+                                                  subclass: bool, day: date) -> None:
+    """The encoders' instant integer is exactly :func:`sqlite_compact.micros`'s (the
+    wall-clock fields whatever the zone or fold; dates; subclasses)."""
+    from cosigner.db.row_encoders import _micros
+
+    moment = moment.replace(fold=fold)
+    if subclass:
+        moment = _Moment(*moment.timetuple()[:6], moment.microsecond, moment.tzinfo,
+                         fold=moment.fold)
+    assert _micros(moment) == sqlite_compact.micros(moment)
+    assert _micros(day) == sqlite_compact.micros(day)
+    with pytest.raises(TypeError):
+        _micros("2026-12-02 04:00:59")
