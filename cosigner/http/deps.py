@@ -57,6 +57,27 @@ async def authenticate_header(ctx: AppContext, header: str | None,
         Unauthenticated: no, several or invalid credentials (401).
         RateLimited: a limit of the credential or tenant is used up (429).
     """
+    door = admitted_caller(header, admitted)
+    if door is not None:
+        return door
+    assert header is not None
+    _, _, key = header.partition(" ")
+    with tracing.span("authenticate") as current:
+        caller: Caller = await ctx.authenticator.authenticate(key.strip())
+        tracing.set_attributes(current, {"cosigner.tenant": caller.tenant})
+    logs.tenant.set(caller.tenant)
+    await ctx.quotas.admit(caller, decision=decision)
+    return caller
+
+
+def admitted_caller(header: str | None, admitted: Caller | None) -> Caller | None:
+    """:func:`authenticate_header`'s first steps, without awaiting: ``admitted`` (the
+    request's tenant set for logging) when the header names a bearer key and the door
+    admitted its caller; ``None`` when the key must still be authenticated and counted.
+
+    Raises:
+        Unauthenticated: no, several or malformed credentials (401).
+    """
     if header is None:
         raise several_credentials()
     scheme, _, key = header.partition(" ")
@@ -64,13 +85,7 @@ async def authenticate_header(ctx: AppContext, header: str | None,
         raise Unauthenticated("an API key is required (Authorization: Bearer ...)")
     if admitted is not None:  # authenticated and counted at the door (http.ratelimit)
         logs.tenant.set(admitted.tenant)
-        return admitted
-    with tracing.span("authenticate") as current:
-        caller: Caller = await ctx.authenticator.authenticate(key.strip())
-        tracing.set_attributes(current, {"cosigner.tenant": caller.tenant})
-    logs.tenant.set(caller.tenant)
-    await ctx.quotas.admit(caller, decision=decision)
-    return caller
+    return admitted
 
 
 def several_credentials() -> Unauthenticated:

@@ -35,7 +35,7 @@ from cosigner.core import logs, tracing
 from cosigner.core.errors import RateLimited
 from cosigner.http import lean, problems
 from cosigner.http.proxies import ProxyRules
-from cosigner.http.ratelimit import door, refuse
+from cosigner.http.ratelimit import door_count, refuse
 from cosigner.http.telemetry import log_access, request_id
 
 log = logging.getLogger("cosigner.api")
@@ -71,13 +71,15 @@ class Edge:
         status: int | None = None  # of the response start, once sent
         try:
             path = scope["path"]
-            try:
-                admitted = await door(ctx, None if several else auth,
-                                      decision=poll is None and path == "/v1/decisions")
-            except RateLimited as exc:
-                status = 429
-                await refuse(send, exc)
-                return
+            admitted, refused = door_count(ctx, None if several else auth,
+                                           decision=poll is None and path == "/v1/decisions")
+            if refused is not None:  # as door(): recorded, then the 429
+                try:
+                    await ctx.quotas.refuse(admitted, refused)
+                except RateLimited as exc:
+                    status = 429
+                    await refuse(send, exc)
+                    return
             rid = request_id(given)
             tokens = (logs.request_id.set(rid), logs.tenant.set(None),
                       logs.decision_id.set(None))
@@ -126,7 +128,7 @@ class CosignerAPI(FastAPI):
             poll = None
             if (method == "POST" and scope["path"] in lean.HOT_ROUTES) or (
                     method == "GET" and (poll := lean.long_poll_args(scope)) is not None):
-                ctx = getattr(self.state, "context", None)
+                ctx = self.state._state.get("context")  # State.__getattr__, without its frame
                 if ctx is not None:
                     await edge.serve(scope, receive, send, ctx, poll)
                     return

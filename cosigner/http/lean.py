@@ -51,7 +51,7 @@ from cosigner.context import AppContext
 from cosigner.core.errors import CosignerError
 from cosigner.http import problems
 from cosigner.http.body import receive_body
-from cosigner.http.deps import authenticate_header
+from cosigner.http.deps import admitted_caller, authenticate_header
 from cosigner.http.ratelimit import CALLER_STATE, only_authorization
 from cosigner.http.routes import approvals as approvals_routes
 from cosigner.http.routes import decisions as decisions_routes
@@ -167,9 +167,9 @@ async def post(ctx: AppContext, path: str, authorization: bytes | None,
     rate-limit door admitted, ``declared`` its ``Content-Length``. Raises what the route
     raises (:func:`respond` turns it into the answer)."""
     handler, decision = HOT_ROUTES[path]
-    caller = await authenticate_header(
-        ctx, None if authorization is None else authorization.decode("latin-1"), admitted,
-        decision=decision)
+    header = None if authorization is None else authorization.decode("latin-1")
+    caller = admitted_caller(header, admitted) or await authenticate_header(
+        ctx, header, None, decision=decision)
     limit = ctx.settings.max_body_bytes
     return orjson.dumps(await handler(ctx, caller,
                                       lambda: receive_body(receive, declared, limit)))

@@ -24,6 +24,7 @@ from cosigner.context import AppContext
 from cosigner.core.errors import RateLimited
 from cosigner.http.problems import PROBLEM_TYPE
 from cosigner.identity.principals import Caller
+from cosigner.identity.quotas import Refused
 
 #: Key of the admitted :class:`Caller` in the ASGI scope's ``state``.
 CALLER_STATE = "cosigner_caller"
@@ -64,16 +65,28 @@ async def door(ctx: AppContext | None, authorization: bytes | None, *,
     Raises:
         RateLimited: a limit is used up (answer it with :func:`refuse`).
     """
+    caller, refused = door_count(ctx, authorization, decision=decision)
+    if refused is not None:
+        assert ctx is not None and caller is not None
+        await ctx.quotas.refuse(caller, refused)
+    return caller
+
+
+def door_count(ctx: AppContext | None, authorization: bytes | None, *,
+               decision: bool) -> tuple[Caller | None, Refused | None]:
+    """:func:`door` without its refusal: ``(caller, None)`` when admitted (or nothing was
+    counted: no caller), ``(caller, refused)`` past a limit — the caller of the door then
+    awaits ``ctx.quotas.refuse(caller, refused)``, which raises :class:`RateLimited`."""
     if authorization is None or ctx is None:
-        return None
+        return None, None
     scheme, _, key = authorization.decode("latin-1").partition(" ")
     key = key.strip()
     if not key or scheme.lower() != "bearer":
-        return None
+        return None, None
     caller = ctx.authenticator.cached(key)
-    if caller is not None:
-        await ctx.quotas.admit(caller, decision=decision)
-    return caller
+    if caller is None:
+        return None, None
+    return caller, ctx.quotas.count(caller, decision=decision)
 
 
 def only_authorization(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:

@@ -88,13 +88,34 @@ class RequestTelemetry:
 def request_id(given: bytes | None) -> str:
     """The request id: ``given`` (the caller's first ``X-Request-ID``) when it is short
     and plain (``[A-Za-z0-9._-]{1,64}``), else a new random one (a version-4 UUID's 32 hex
-    digits, as ``uuid.uuid4().hex``)."""
+    digits, as ``uuid.uuid4().hex``; :func:`random_ids`)."""
     if given is not None and _REQUEST_ID.fullmatch(text := given.decode("latin-1")):
         return text
-    raw = bytearray(os.urandom(16))
-    raw[6] = raw[6] & 0x0F | 0x40  # version 4 (RFC 9562 §5.4)
-    raw[8] = raw[8] & 0x3F | 0x80  # variant 10
-    return raw.hex()
+    try:
+        return _fresh.pop()
+    except IndexError:
+        _fresh.extend(random_ids(os.urandom(16 * _BATCH)))
+        return _fresh.pop()
+
+
+#: New request ids are made this many at a time: one ``os.urandom`` call (a system call,
+#: ~0.4 µs, more under a sandboxing kernel) per batch instead of one per request.
+_BATCH = 256
+#: Ids made and not handed out yet (``list.pop`` is atomic: no two requests share one).
+#: A forked child starts without them, so it never repeats its parent's.
+_fresh: list[str] = []
+os.register_at_fork(after_in_child=_fresh.clear)
+
+
+def random_ids(raw: bytes) -> list[str]:
+    """``uuid.UUID(bytes=chunk, version=4).hex`` of each 16-byte ``chunk`` of ``raw``
+    (``len(raw)`` a multiple of 16): the version and variant bits set (RFC 9562 §5.4),
+    the other 122 bits ``raw``'s own."""
+    fixed = bytearray(raw)
+    fixed[6::16] = bytes(b & 0x0F | 0x40 for b in fixed[6::16])  # version 4
+    fixed[8::16] = bytes(b & 0x3F | 0x80 for b in fixed[8::16])  # variant 10
+    text = fixed.hex()
+    return [text[at:at + 32] for at in range(0, len(text), 32)]
 
 
 def log_access(scope: Scope, status: int, started: float) -> None:

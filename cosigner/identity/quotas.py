@@ -52,6 +52,8 @@ class _Tally:
 
 
 Counters = tuple[tuple[str, int, int], ...]  # (key, limit, expiry s) per Windows.hit_all
+#: A refusing limit: (limit name, counter key, limit, expiry s).
+Refused = tuple[str, str, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +114,24 @@ class Quotas:
         """Count one API request of ``caller`` (its credential's and tenant's rates), and
         with ``decision`` also one decision (the tenant's per-minute quota), in that order; the
         first limit used up stops the count. Raises :class:`RateLimited`."""
+        refused = self.count(caller, decision=decision)
+        if refused is not None:
+            await self.refuse(caller, refused)
+
+    def count(self, caller: Caller, *, decision: bool = False) -> Refused | None:
+        """:meth:`admit`'s count without its refusal (the rate-limit door calls it, and
+        awaits :meth:`refuse` only past a limit): ``None`` when every limit admitted the
+        request, else the limit that refused it."""
         plan = self._plan(caller)
         names, counters = plan.decision if decision else plan.request
         refused = self._windows.hit_all(counters)
-        if refused >= 0:
-            await self._refuse(caller, names[refused], *counters[refused])
+        if refused < 0:
+            return None
+        return (names[refused], *counters[refused])
+
+    async def refuse(self, caller: Caller, refused: Refused) -> NoReturn:
+        """Record :meth:`count`'s refusal and raise :class:`RateLimited`."""
+        await self._refuse(caller, *refused)
 
     async def count_approval(self, caller: Caller) -> None:
         """Count one approval request asked for against the tenant's per-minute quota."""

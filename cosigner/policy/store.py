@@ -13,6 +13,7 @@ the bundle.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -30,6 +31,7 @@ from cosigner.policy.result import PolicyResult, deny, validate_result
 from cosigner.policy.state import BundleState, Resolved, resolve
 
 log = logging.getLogger("cosigner.policy")
+_NO_SPAN = contextlib.nullcontext()
 
 
 #: Tenants whose routed bundle one snapshot remembers (:meth:`PolicySnapshot.bundle_for`).
@@ -309,12 +311,16 @@ class PolicyStore:
                       "server" if routed in snap.missing
                       else "no policy bundle is loaded for this tenant")
             return Evaluation(deny("policy_not_loaded", detail), None, None)
-        with tracing.span("policy.evaluate", {"cosigner.bundle": bundle.id,
-                                              "cosigner.bundle.version": bundle.version,
-                                              "cosigner.engine": bundle.manifest.engine}
-                          ) as current:
+        # Off, no span: its attributes are not even built.
+        with (tracing.span("policy.evaluate", {"cosigner.bundle": bundle.id,
+                                               "cosigner.bundle.version": bundle.version,
+                                               "cosigner.engine": bundle.manifest.engine})
+              if tracing.enabled() else _NO_SPAN) as current:
             started = time.perf_counter()
-            result, ref, opa = await run_bundle_traced(bundle, input_doc)
+            engine = bundle.engine
+            result, ref, opa = (run_python_traced(bundle, engine, input_doc)
+                                if type(engine) is _AsyncPython
+                                else await run_bundle_traced(bundle, input_doc))
             elapsed = int((time.perf_counter() - started) * 1e6)
             tracing.set_attributes(current, {"cosigner.effect": result.effect})
         shadow_bundle = snap.shadow_bundle(bundle.id)
@@ -344,30 +350,50 @@ async def run_bundle_traced(bundle: Bundle, input_doc: dict[str, Any]
                             ) -> tuple[PolicyResult, dict[str, str], dict[str, str] | None]:
     """``(result, policy ref, OPA revisions)`` of one evaluation (:func:`run_bundle`,
     :func:`evaluated_ref`)."""
+    engine = bundle.engine
+    if type(engine) is _AsyncPython:  # nothing to await: no coroutine per evaluation
+        return run_python_traced(bundle, engine, input_doc)
     revisions: dict[str, str] | None = None
-    traced = getattr(bundle.engine, "evaluate_traced", None)
+    traced = getattr(engine, "evaluate_traced", None)
     try:
         if traced is not None:
             raw, revisions = await traced(input_doc)
         else:
-            raw = await bundle.engine.evaluate(input_doc)
+            raw = await engine.evaluate(input_doc)
         result = _validated(bundle, raw)
-    except Unavailable as exc:
+    except Exception as exc:  # noqa: BLE001 - every fault becomes a deny (_fault)
+        return _fault(bundle, exc), bundle.ref(), None
+    return result, evaluated_ref(bundle, revisions), revisions
+
+
+def run_python_traced(bundle: Bundle, engine: _AsyncPython, input_doc: dict[str, Any]
+                      ) -> tuple[PolicyResult, dict[str, str], None]:
+    """:func:`run_bundle_traced` of a bundle whose ``engine`` is the Python one, called
+    without awaiting (its rules run on the event loop either way)."""
+    try:
+        result = _validated(bundle, engine.python.evaluate(input_doc))
+    except Exception as exc:  # noqa: BLE001 - every fault becomes a deny (_fault)
+        return _fault(bundle, exc), bundle.ref(), None
+    return result, evaluated_ref(bundle, None), None
+
+
+def _fault(bundle: Bundle, exc: Exception) -> PolicyResult:
+    """The deny of an evaluation that raised ``exc``, logged."""
+    if isinstance(exc, Unavailable):
         log.error("policy engine unavailable for bundle %s@%s: %s", bundle.id,
                   bundle.version, exc.detail)
-        return deny(exc.code, exc.detail), bundle.ref(), None
-    except CosignerError as exc:
+        return deny(exc.code, exc.detail)
+    if isinstance(exc, CosignerError):
         log.error("policy error in bundle %s@%s: %s", bundle.id, bundle.version, exc.detail)
         return deny(exc.code if exc.code in {"undefined", "policy_error"} else "policy_error",
-                    exc.detail), bundle.ref(), None
-    except Exception as exc:  # rule code is operator-written: any fault denies
-        # The exception's text may quote argument values (never logged, invariant 10):
-        # its type and where the rule raised it are what the operator needs.
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        log.error("policy rule raised in bundle %s@%s: %s at %s:%s", bundle.id,
-                  bundle.version, type(exc).__name__, Path(where.filename).name, where.lineno)
-        return deny("policy_error", f"rule raised {type(exc).__name__}"), bundle.ref(), None
-    return result, evaluated_ref(bundle, revisions), revisions
+                    exc.detail)
+    # Rule code is operator-written: any fault denies. The exception's text may quote
+    # argument values (never logged, invariant 10): its type and where the rule raised
+    # it are what the operator needs.
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    log.error("policy rule raised in bundle %s@%s: %s at %s:%s", bundle.id,
+              bundle.version, type(exc).__name__, Path(where.filename).name, where.lineno)
+    return deny("policy_error", f"rule raised {type(exc).__name__}")
 
 
 def _validated(bundle: Bundle, raw: Any) -> PolicyResult:
@@ -382,11 +408,13 @@ def _validated(bundle: Bundle, raw: Any) -> PolicyResult:
 
 
 class _AsyncPython:
+    """The :class:`Engine` face of a :class:`PythonEngine` (``python``)."""
+
     def __init__(self, engine: PythonEngine) -> None:
-        self._engine = engine
+        self.python = engine
 
     async def evaluate(self, input_doc: dict[str, Any]) -> Any:
-        return self._engine.evaluate(input_doc)
+        return self.python.evaluate(input_doc)
 
 
 def build_engine(*, manifest: Any, path: Path, files: dict[str, bytes], revision: str,

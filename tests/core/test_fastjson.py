@@ -11,6 +11,7 @@ import math
 import struct
 from typing import Any
 
+import orjson
 import pytest
 import rfc8785
 from hypothesis import HealthCheck, example, given, settings
@@ -180,3 +181,16 @@ def test_non_finite_literals_keep_their_code(literal: str) -> None:
         parse_json(f"[{literal}]".encode())
     assert info.value.code == "non_finite_number"
     assert not math.isfinite(float(literal.replace("1e400", "inf")))
+
+
+@MANY
+@given(value=VALUES, extra=st.sampled_from([
+    None, "9007199254740991", "9007199254740992", "-9007199254740992", "18446744073709551616",
+    "-9223372036854775809", "100000000000000000000", "1e20", "1E2", "1e400", "-0", "0.0",
+    "-0.0", "5e-324", "1e-400"]))
+def test_compact_bodies_as_orjson_writes_them_agree(value: Any, extra: str | None) -> None:
+    # orjson's own compact text is the one the fast path proves without walking the values
+    body = orjson.dumps(value)
+    if extra is not None:
+        body = b"[" + body + b"," + extra.encode() + b"]"
+    assert_parsers_agree(body)

@@ -168,12 +168,12 @@ async def _failures(h: Harness, call: Any, runtime: dict[str, str]) -> None:
     raising = httpx.AsyncClient(transport=httpx.ASGITransport(
         app=h.app, raise_app_exceptions=False), base_url="http://cosigner.test")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(h.context.quotas, "admit", broken)
+        patch.setattr(h.context.quotas, "count", broken)
         async with raising:
             await call("POST", "/v1/decisions", body=decision_request(), headers=runtime,
                        client=raising)
     with pytest.raises(RuntimeError), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(h.context.quotas, "admit", broken)
+        patch.setattr(h.context.quotas, "count", broken)
         await h.client.post("/v1/permits/redeem", headers=runtime, json={})
 
 

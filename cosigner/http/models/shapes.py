@@ -56,7 +56,16 @@ def _run(run: Any) -> bool:
 
 def _party(party: Any) -> bool:
     """``PartyV1``."""
-    return (type(party) is dict and party.keys() <= _PARTY and _text(party.get("id"), 256)
+    if type(party) is not dict:
+        return False
+    id_ = party.get("id")
+    kind = party.get("type", "-")
+    # the usual party: two short ASCII strings (``_text``'s test, spelled inline)
+    if (type(id_) is str and type(kind) is str and id_.isascii() and kind.isascii()
+            and 1 <= len(id_) <= 256 and 1 <= len(kind) <= 64
+            and "\x00" not in id_ and "\x00" not in kind):
+        return party.keys() <= _PARTY
+    return (party.keys() <= _PARTY and _text(id_, 256)
             and ("type" not in party or _text(party["type"], 64)))
 
 
