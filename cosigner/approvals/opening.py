@@ -124,16 +124,17 @@ def _pending_values(call: CallFacts, requirement: ApprovalRequirement,
                     opened_by: dict[str, Any], now: datetime, kind: str,
                     reason: str | None) -> dict[str, Any]:
     """The ``approvals`` row of a new pending request (:data:`_OPEN_COLUMNS`)."""
-    return dict(
-        id=new_id(), tenant=call.tenant, kind=kind, decision_id=call.decision_id,
-        run_id=call.run_id, tool=call.tool, args_hash=call.args_hash,
+    mask = list(call.mask)
+    return {
+        "id": new_id(), "tenant": call.tenant, "kind": kind, "decision_id": call.decision_id,
+        "run_id": call.run_id, "tool": call.tool, "args_hash": call.args_hash,
         # Stored masked (invariant 10 at rest, like call_inputs); the hash binds.
-        args=canonicalize(mask_value(call.args, list(call.mask))).decode(),
-        mask=list(call.mask),
-        requirement=requirement.as_dict(), status="pending", initiator=call.initiator,
-        principal=call.principal, opened_by=opened_by, reasons=call.reasons,
-        policy=call.policy, reason=reason, created_at=now,
-        expires_at=now + timedelta(milliseconds=requirement.timeout_ms))
+        "args": canonicalize(mask_value(call.args, mask)).decode(),
+        "mask": mask,
+        "requirement": requirement.as_dict(), "status": "pending",
+        "initiator": call.initiator, "principal": call.principal, "opened_by": opened_by,
+        "reasons": call.reasons, "policy": call.policy, "reason": reason, "created_at": now,
+        "expires_at": now + timedelta(milliseconds=requirement.timeout_ms)}
 
 
 def _opened(values: dict[str, Any], requirement: ApprovalRequirement, settings: Settings,

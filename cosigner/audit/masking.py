@@ -195,4 +195,6 @@ def mask_pointers(obj: Any, pointers: list[str] | tuple[str, ...]) -> tuple[Any,
 def mask_value(obj: Any, pointers: list[str] | tuple[str, ...] = ()) -> Any:
     """``obj`` with ``pointers`` and always-masked keys replaced by :data:`MASK` (read-only;
     see :func:`mask_with_paths`)."""
-    return mask_with_paths(obj, pointers)[0]
+    # mask_with_paths(obj, pointers)[0], without sorting the paths it would report.
+    doc, found = mask_pointers(obj, pointers) if pointers else (obj, [])
+    return doc if _no_masked_keys(doc) else _mask_keys(doc, [], found)

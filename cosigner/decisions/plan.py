@@ -328,5 +328,5 @@ def decision_event(call: Call, response: dict[str, Any], evaluation: Evaluation,
         decision_id=response["decision_id"], run_id=call.run["id"], tool=call.tool["name"],
         args_hash=response["args_hash"], effect=response["effect"],
         principal=str(call.principal.get("id")), policy=evaluation.policy, payload=payload,
-        mask=tuple("/args" + pointer for pointer in mask),
+        mask=tuple(["/args" + pointer for pointer in mask]) if mask else (),
         mode="shadow" if call.shadow else None, time=time)

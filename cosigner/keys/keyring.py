@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -68,6 +68,7 @@ _HEADER_MEMBERS = frozenset({"alg", "kid", "typ"})
 _HEADERS: dict[str, dict[str, Any]] = {}
 _MAX_HEADERS = 64
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
+T = TypeVar("T")
 
 
 class Keyring:
@@ -287,11 +288,15 @@ class Keyring:
         """
         return self.sign_parts(claims, typ=typ)[0]
 
-    def sign_parts(self, claims: dict[str, Any], *, typ: str
+    def sign_parts(self, claims: dict[str, Any], *, typ: str, attach: object = None
                    ) -> tuple[str, bytes, bytes, bytes]:
         """:meth:`sign`, with what its three segments spell: ``(token, header JSON,
         claims JSON, raw 64-byte signature)`` (each segment is the unpadded base64url of
-        exactly those bytes), so a caller storing the token decoded need not decode it."""
+        exactly those bytes), so a caller storing the token decoded need not decode it.
+
+        ``attach``: an object :meth:`verify_recalled` gives back for this exact token in
+        place of its decoded payload; it must be what the caller would make of that
+        payload (the caller's parse of it), and is never modified afterwards."""
         # RFC 7515 §7.1 composed here (Ed25519 is deterministic; libsodium or cryptography,
         # cosigner.keys.ed25519): joserfc's serialize_compact gives the same bytes, at several
         # times the cost on the decision path (tests/test_keys.py compares the two).
@@ -309,9 +314,10 @@ class Keyring:
                 raise KeyringError("the current signing key is not an Ed25519 private key")
             signer = self._signers[kid] = (ed25519_signer(key.seed), public_of(key.seed))
         raw_signature = signer[0](signing_input)
-        signature = _b64url(raw_signature).decode("ascii")
-        self._signed.remember(signature, signer[1], signing_input)
-        return (f"{signing_input.decode('ascii')}.{signature}", header[1], payload,
+        encoded = _b64url(raw_signature)
+        signature = encoded.decode("ascii")
+        self._signed.remember(signature, signer[1], signing_input, attach)
+        return ((signing_input + b"." + encoded).decode("ascii"), header[1], payload,
                 raw_signature)
 
     def verify(self, token: str, *, typ: str, now: datetime | None = None) -> dict[str, Any]:
@@ -329,6 +335,29 @@ class Keyring:
                 (any other ``alg``, signature invalid), ``unknown_kid``,
                 ``wrong_token_type``.
         """
+        segments, _ = self._verified(token, typ, now)
+        # Parse the payload segment ourselves, with the same strict JSON rules as the header.
+        return _decode_json_segment(segments[1], what="payload")
+
+    def verify_recalled(self, token: str, *, typ: str, kind: type[T],
+                        now: datetime | None = None) -> dict[str, Any] | T:
+        """:meth:`verify`, or the object of type ``kind`` attached to the token's signature
+        when this process signed exactly this token with one (:meth:`sign_parts`'
+        ``attach``): its payload is then not decoded again. Every other check of
+        :meth:`verify` runs either way (the payload is then this process's own JSON).
+
+        Raises:
+            PermitRefused: as :meth:`verify`.
+        """
+        segments, attached = self._verified(token, typ, now)
+        if isinstance(attached, kind):
+            return attached
+        return _decode_json_segment(segments[1], what="payload")
+
+    def _verified(self, token: str, typ: str, now: datetime | None
+                  ) -> tuple[list[str], object]:
+        """The token's three segments once every check of :meth:`verify` but the
+        payload's decoding passed, and the object attached to its signature here."""
         if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
             raise PermitRefused("token is not a compact JWS", code="malformed_permit")
         segments = token.split(".")
@@ -361,9 +390,7 @@ class Keyring:
         # checked directly (libsodium or cryptography): the header is already checked above, and
         # joserfc's compact deserialisation re-parsed it at several times the cost on the
         # redeem path (issue 20; tests/keys compare the outcomes with joserfc's).
-        _verify_eddsa(entry, segments, self._signed)
-        # Parse the payload segment ourselves, with the same strict JSON rules as the header.
-        return _decode_json_segment(segments[1], what="payload")
+        return segments, _verify_eddsa(entry, segments, self._signed)
 
 
 # --- helpers ----------------------------------------------------------------------------
@@ -390,24 +417,28 @@ def _plan(keys: Sequence[tuple[Ed25519Key, KeyInfo]], now: datetime
     return signer[0], signer[1].kid, entries, min(changes, default=None)
 
 
-def _verify_eddsa(entry: Entry, segments: list[str], signed: SignedMemo) -> None:
+def _verify_eddsa(entry: Entry, segments: list[str], signed: SignedMemo) -> object:
     """The Ed25519 signature of an ``Ed25519`` or ``EdDSA`` token (RFC 8037 §3.1: the same
     signature), checked with the entry's own check (libsodium or cryptography directly,
     :func:`cosigner.keys.material.ed25519_verifier`), unless ``signed`` holds it: this
-    process made exactly that signature of exactly that input with the entry's key."""
+    process made exactly that signature of exactly that input with the entry's key.
+    Returns the object ``signed`` holds with the signature (``None``: none, or not
+    held)."""
     if not _B64URL.fullmatch(segments[2]):
         raise PermitRefused("signature is not base64url", code="malformed_permit")
     if entry.check is None:  # not an Ed25519 key
         raise PermitRefused("signature verification failed", code="bad_signature")
     try:
         message = f"{segments[0]}.{segments[1]}".encode("ascii")
-        if signed.vouches(segments[2], entry.verify_key.x, message):
-            return
+        vouched, attached = signed.recall(segments[2], entry.verify_key.x, message)
+        if vouched:
+            return attached
         valid = entry.check(_b64url_decode(segments[2]), message)
     except (binascii.Error, UnicodeEncodeError) as exc:
         raise PermitRefused("signature verification failed", code="bad_signature") from exc
     if not valid:
         raise PermitRefused("signature verification failed", code="bad_signature")
+    return None
 
 
 #: base64's own translations between the standard and the URL-safe alphabets.

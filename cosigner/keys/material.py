@@ -78,6 +78,8 @@ def check_lifetime(max_token_lifetime_s: int) -> None:
 
 
 def utc(moment: datetime) -> datetime:
+    if moment.tzinfo is UTC:  # already UTC (astimezone would copy it)
+        return moment
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("datetime must be timezone-aware")
     return moment.astimezone(UTC)

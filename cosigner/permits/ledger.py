@@ -108,9 +108,10 @@ def call_input_row(*, tenant: str, decision_id: str, input_doc: dict[str, Any],
     (bound to the permit by hash), so the stored args are never needed in clear. Context
     values under always-secret keys are seen as ``"•••"`` by the redeem-time re-check.
     """
-    kept = {k: v for k, v in input_doc.items() if k != "now"}
+    kept = dict(input_doc)  # the members in their order, less "now"
+    kept.pop("now", None)
     return {"decision_id": decision_id, "tenant": tenant,
-            "input": mask_value(kept, ["/args" + pointer for pointer in mask]),
+            "input": mask_value(kept, ["/args" + pointer for pointer in mask] if mask else ()),
             "mask": list(mask)}
 
 

@@ -64,7 +64,6 @@ _PERMIT_AND_INPUT_RAW = RawStatement(select(
     call_inputs.c.decision_id == bindparam("decision_id"),
     call_inputs.c.tenant == permits_table.c.tenant))).where(
     permits_table.c.jti == bindparam("jti"), permits_table.c.tenant == bindparam("tenant")))
-_REDEEM_RAW = RawStatement(_REDEEM)
 _PERMIT_STATE_RAW = RawStatement(select(permits_table.c.status, permits_table.c.expires_at)
                                  .where(permits_table.c.jti == bindparam("jti"),
                                         permits_table.c.tenant == bindparam("tenant")))
@@ -144,6 +143,7 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
     """
     caller.require("runtime")
     now = deps.clock()
+    now_text = isoformat(now)
     presented_hash = args_hash(args)
     claims: PermitClaims | None = None
     try:
@@ -156,7 +156,8 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
         early = _state_refusal(row, now)
         if early is not None:
             raise early
-        await _recheck_policy(deps, caller.tenant, claims, stored, args, counted, now)
+        await _recheck_policy(deps, caller.tenant, claims, stored, args, counted, now,
+                              now_text)
     except PermitRefused as exc:
         await _log(deps, caller.tenant,
                    _refusal_event(caller, exc, claims, tool, presented_hash), now)
@@ -177,13 +178,16 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
                                                          lock=False), now)
 
     def work_raw(conn: sqlite3.Connection, dialect: Dialect) -> Write:
-        # The same on the batch's own sqlite3 connection (same transaction and lock).
-        if _STANDING_REJECTION_RAW.run(conn, dialect, {
-                "tenant": caller.tenant, "run_id": redeemed.run, "tool": redeemed.tool,
-                "args_hash": redeemed.args_hash})[0]:
-            raise NeedsCore  # revoke the permit: the SQLAlchemy path does it
-        if _REDEEM_RAW.run(conn, dialect, values)[1] == 1:
+        # The same on the batch's own sqlite3 connection (same transaction and lock), in
+        # one statement for the common case: the UPDATE changes the row only when no
+        # standing rejection exists (what `work` reads first); when it changed nothing,
+        # the rejection is looked up as `work` does.
+        call = {"tenant": caller.tenant, "run_id": redeemed.run, "tool": redeemed.tool,
+                "args_hash": redeemed.args_hash}
+        if _REDEEM_UNLESS_REJECTED_RAW.run(conn, dialect, {**values, **call})[1] == 1:
             return _redeemed(caller, redeemed, now)
+        if _STANDING_REJECTION_RAW.run(conn, dialect, call)[0]:
+            raise NeedsCore  # revoke the permit: the SQLAlchemy path does it
         rows = _PERMIT_STATE_RAW.run(conn, dialect, {"jti": redeemed.jti,
                                                      "tenant": caller.tenant})[0]
         return _lost(caller, redeemed, _PermitState(*rows[0]) if rows else None, now)
@@ -194,7 +198,7 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
         raise written.result
     return {"status": "redeemed", "jti": claims.jti, "decision_id": claims.decision_id,
             "approval_id": claims.approval_id, "tool": claims.tool,
-            "args_hash": claims.args_hash, "redeemed_at": isoformat(now)}
+            "args_hash": claims.args_hash, "redeemed_at": now_text}
 
 
 def _redeemed(caller: Caller, claims: PermitClaims, now: datetime) -> Write:
@@ -234,6 +238,8 @@ async def _standing_rejection(conn: AsyncConnection, tenant: str, claims: Permit
 
 
 _STANDING_REJECTION_RAW = RawStatement(_STANDING_REJECTION)
+#: :data:`_REDEEM` where :data:`_STANDING_REJECTION` finds nothing, as one statement.
+_REDEEM_UNLESS_REJECTED_RAW = RawStatement(_REDEEM.where(~_STANDING_REJECTION.exists()))
 
 
 async def _revoke_rejected(conn: AsyncConnection, caller: Caller, claims: PermitClaims,
@@ -445,36 +451,36 @@ async def _standing_live(deps: AppContext, tenant: str, standing_id: str) -> boo
 async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
                           stored: tuple[dict[str, Any], list[str]] | None,
                           args: dict[str, Any], counted: list[str] | None,
-                          now: datetime) -> None:
+                          now: datetime, now_text: str) -> None:
     """Time-of-use check: the active policy must still give ``allow`` – or, for an
     approved permit, ``require_approval`` that its counted reviews still meet.
+    ``now_text``: ``now`` in RFC 3339 (:func:`cosigner.core.clock.isoformat`), the input's
+    ``now``.
 
     Raises:
         PermitRefused ``policy_changed`` (also when the input was not recorded or the tool
         left the catalogue: fail closed); ``invalid_args`` when the presented args fail the
         tool catalogue's schema.
     """
-    changed = PermitRefused("the active policy no longer allows this call",
-                            code="policy_changed")
     if stored is None:
-        raise changed
+        raise _policy_changed()
     snapshot = deps.store.snapshot
     bundle = snapshot.bundle_for(tenant)
     barrier = claims.tool == BARRIER_TOOL
     if barrier and claims.approval_id is None:
-        raise changed  # only a reviewed program barrier mints these (never decide)
+        raise _policy_changed()  # only a reviewed program barrier mints these (never decide)
     if bundle is not None and bundle.catalogue is not None:
         spec = bundle.catalogue.lookup(claims.tool)
         # A catalogue need not list the barrier tool (cosigner.approvals.barriers).
         if spec is None and not barrier:
-            raise changed
+            raise _policy_changed()
         try:
             if spec is not None:
                 spec.validate(args)
         except InvalidArgs as exc:  # same hash, but e.g. 100000.0 for a strict integer
             raise PermitRefused("arguments fail the tool's schema",
                                 code="invalid_args") from exc
-    input_doc = {**stored[0], "args": args, "now": isoformat(now)}
+    input_doc = {**stored[0], "args": args, "now": now_text}
     result = (await deps.store.evaluate(tenant, input_doc, snapshot=snapshot)).result
     if result.effect == "allow":
         return
@@ -488,4 +494,9 @@ async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
             and claims.standing_id is not None and result.approval.standing is not None
             and await _standing_live(deps, tenant, claims.standing_id)):
         return  # allowed by a standing approval the policy still allows, not revoked
-    raise changed
+    raise _policy_changed()
+
+
+def _policy_changed() -> PermitRefused:
+    """The refusal of a call the active policy no longer allows (built only when raised)."""
+    return PermitRefused("the active policy no longer allows this call", code="policy_changed")

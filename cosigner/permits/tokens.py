@@ -151,7 +151,10 @@ def mint_permit(
         tuple(_approver_ref(approver, error=ValueError, accept_datetime=True)
               for approver in approvers) if approvers else (),
         break_glass, standing_id)
-    token, header, payload, signature = keyring.sign_parts(claims.to_json(), typ=PERMIT_TYP)
+    # The claims ride with the signature in the keyring's memo: a redeem of this token by
+    # this process gets them back instead of decoding and parsing its payload again.
+    token, header, payload, signature = keyring.sign_parts(
+        claims.to_json(), typ=PERMIT_TYP, attach=claims if _parses_as_itself(claims) else None)
     # Stored decoded beside its decision (cosigner.db.compressed, form 2/3): the bytes
     # are at hand here, so the store need not decode the token and spell it again.
     compressed.remember_token(token, header, payload, signature)
@@ -172,8 +175,9 @@ def verify_permit_token(
             ``bad_signature`` (issuer is not us), ``wrong_audience``, ``expired``,
             ``not_yet_valid``.
     """
-    raw = keyring.verify(token, typ=PERMIT_TYP, now=now)
-    claims = _parse_claims(raw)
+    # A token this process minted comes back with its claims (see _parses_as_itself).
+    raw = keyring.verify_recalled(token, typ=PERMIT_TYP, kind=PermitClaims, now=now)
+    claims = raw if isinstance(raw, PermitClaims) else _parse_claims(raw)
     if claims.iss != issuer:
         raise PermitRefused("permit was not issued by this server", code="bad_signature")
     if claims.aud != audience:
@@ -261,6 +265,49 @@ def _approver_ref(
             raise error("approver 'signature' is not a signed-review reference")
         ref["signature"] = {k: signature[k] for k in SIGNATURE_MEMBERS}
     return ref
+
+
+def _parses_as_itself(claims: PermitClaims) -> bool:
+    """True when :func:`_parse_claims` of ``claims.to_json()`` as JSON (what
+    :func:`verify_permit_token` reads back from the token) is ``claims`` itself, value for
+    value and type for type: every string claim a non-empty ``str`` (not a subclass), the
+    times ``int``, ``break_glass`` a ``bool``, optional ids absent or non-empty, and the
+    policy and approvers of exact ``str`` members (ints for ``at``). Anything else is left
+    to the parser (tests/permits/test_tokens.py checks both ways with hypothesis)."""
+    (iss, aud, jti, iat, nbf, exp, tenant, run, decision_id, approval_id, tool,
+     args_hash, policy, approvers, break_glass, standing_id) = claims
+    for text in (iss, aud, jti, tenant, run, decision_id, tool, args_hash):
+        if type(text) is not str or not text:
+            return False
+    if type(iat) is not int or type(nbf) is not int or type(exp) is not int:
+        return False
+    if type(break_glass) is not bool:
+        return False
+    for optional in (approval_id, standing_id):
+        if optional is not None and (type(optional) is not str or not optional):
+            return False
+    if type(policy) is not dict or len(policy) != 3:
+        return False
+    for name in ("id", "version", "revision"):
+        value = policy.get(name)
+        if type(value) is not str or not value:
+            return False
+    return not approvers or all(_approver_as_itself(approver) for approver in approvers)
+
+
+def _approver_as_itself(approver: Mapping[str, Any]) -> bool:
+    if type(approver) is not dict:
+        return False
+    signature = approver.get("signature")
+    if len(approver) != (3 if signature is None else 4):
+        return False
+    approver_id, role, at = approver.get("id"), approver.get("role"), approver.get("at")
+    if type(approver_id) is not str or not approver_id or type(role) is not str or not role \
+            or type(at) is not int:
+        return False
+    return signature is None or (
+        type(signature) is dict and list(signature) == list(SIGNATURE_MEMBERS)
+        and all(type(value) is str and value for value in signature.values()))
 
 
 def _parse_claims(raw: Mapping[str, Any]) -> PermitClaims:

@@ -123,6 +123,9 @@ def test_the_text_proof_never_changes_what_is_masked(doc: Any, pointers: list[st
     masked, paths = mask_with_paths(doc, pointers)
     assert masked == expected_doc and paths == sorted(set(expected_found))
     assert type(masked) is type(expected_doc)
+    value = mask_value(doc, pointers)  # the same document, by its own shorter path
+    assert value == masked and type(value) is type(masked)
+    assert (value is doc) == (masked is doc)
     assert doc == before
     if masking._no_masked_keys(doc):  # the proof holds only where the walk finds nothing
         assert masking._mask_keys(doc, [], []) is doc

@@ -97,7 +97,7 @@ async def test_redeem_raw_is_single_use_and_logged(harness: Harness, tenant: str
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = await harness.headers(tenant, "runtime")
     ran: list[int] = []
-    real = redeem_module._REDEEM_RAW
+    real = redeem_module._REDEEM_UNLESS_REJECTED_RAW
 
     class Spy:
         def run(self, conn: Any, dialect: Any, values: Any) -> Any:
@@ -105,7 +105,7 @@ async def test_redeem_raw_is_single_use_and_logged(harness: Harness, tenant: str
             ran.append(out[1])
             return out
 
-    monkeypatch.setattr(redeem_module, "_REDEEM_RAW", Spy())
+    monkeypatch.setattr(redeem_module, "_REDEEM_UNLESS_REJECTED_RAW", Spy())
     tokens = await _permits(harness, runtime, 3, "run")
     args = decision_request()["args"]
     answers = await asyncio.gather(*(redeem(harness, runtime, token, "issue_refund", args)
@@ -135,7 +135,7 @@ async def test_review_needs_core_after_a_raw_redeem_keeps_single_use(
     real = redeem_module._STANDING_REJECTION_RAW
     handed_back: list[str] = []
 
-    real_update = redeem_module._REDEEM_RAW
+    real_update = redeem_module._REDEEM_UNLESS_REJECTED_RAW
     order: list[str] = []
 
     class Spy:
@@ -148,12 +148,14 @@ async def test_review_needs_core_after_a_raw_redeem_keeps_single_use(
 
     class UpdateSpy:
         def run(self, conn: Any, dialect: Any, values: Any) -> Any:
+            if values["run_id"] == "run-nc-1":  # the raced rejection: nothing changes
+                return [], 0
             out = real_update.run(conn, dialect, values)
             order.append(f"update:{out[1]}")
             return out
 
     monkeypatch.setattr(redeem_module, "_STANDING_REJECTION_RAW", Spy())
-    monkeypatch.setattr(redeem_module, "_REDEEM_RAW", UpdateSpy())
+    monkeypatch.setattr(redeem_module, "_REDEEM_UNLESS_REJECTED_RAW", UpdateSpy())
     tokens = await _permits(harness, runtime, 2, "run-nc")
     args = decision_request()["args"]
     before = harness.context.log_writer.stats.batches

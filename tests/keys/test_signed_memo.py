@@ -109,3 +109,31 @@ def test_the_memo_is_bounded_and_forgets_a_whole_generation() -> None:
     assert memo.vouches("s3", b"k", b"m3") and memo.vouches("s6", b"k", b"m6")
     with pytest.raises(ValueError):
         SignedMemo(capacity=0)
+
+
+def test_an_attached_object_comes_back_only_for_the_exact_token_and_kind() -> None:
+    """``verify_recalled`` answers with what ``sign_parts`` attached for that very token
+    (of the asked type), and with the decoded payload for anything else; a twin without
+    the memo always decodes."""
+    signer, twin = _pair()
+    attached = ("claims", 1)
+    token = signer.sign_parts({"n": 1}, typ=TYP, attach=attached)[0]
+    other = signer.sign_parts({"n": 2}, typ=TYP)[0]
+    assert signer.verify_recalled(token, typ=TYP, kind=tuple, now=NOW) is attached
+    assert signer.verify_recalled(token, typ=TYP, kind=dict, now=NOW) == {"n": 1}
+    assert signer.verify_recalled(other, typ=TYP, kind=tuple, now=NOW) == {"n": 2}
+    assert twin.verify_recalled(token, typ=TYP, kind=tuple, now=NOW) == {"n": 1}
+    head, _, signature = token.split(".")
+    swapped = f"{head}.{other.split('.')[1]}.{signature}"  # its signature, another payload
+    for keyring in (signer, twin):
+        with pytest.raises(PermitRefused) as refused:
+            keyring.verify_recalled(swapped, typ=TYP, kind=tuple, now=NOW)
+        assert refused.value.code == "bad_signature"
+    with pytest.raises(PermitRefused) as refused:
+        signer.verify_recalled(token, typ="other", kind=tuple, now=NOW)
+    assert refused.value.code == "wrong_token_type"
+    memo = SignedMemo()
+    memo.remember("sig", b"k", b"input", attached)
+    assert memo.recall("sig", b"k", b"input") == (True, attached)
+    assert memo.recall("sig", b"k", b"inpuT") == (False, None)
+    assert memo.recall("sig", b"K", b"input") == (False, None)
