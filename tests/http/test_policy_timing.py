@@ -24,6 +24,13 @@ from tests.conftest import decision_request
 SERIES = "cosigner_policy_evaluation_duration_seconds_count"
 
 
+def _observed() -> float:
+    """Policy evaluations observed, every bundle label together (past the label cap of a
+    long session, "quick" is counted as "other")."""
+    return sum(s.value for family in metrics().registry.collect() for s in family.samples
+               if s.name == SERIES)
+
+
 def _bundle(root: Path) -> Path:
     folder = root / "quick"
     folder.mkdir(parents=True)
@@ -40,14 +47,12 @@ async def test_a_policy_faster_than_a_microsecond_is_still_observed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     h = await harness_factory(bundle_dirs=[_bundle(tmp_path / "bundles")])
     runtime = await h.headers(tenant, "runtime")
-    registry = metrics().registry
-    before = registry.get_sample_value(SERIES, {"bundle": "quick"}) or 0.0
+    before = _observed()
     monkeypatch.setattr(store, "time", types.SimpleNamespace(perf_counter=lambda: 1.0))
     resp = await h.client.post("/v1/decisions", headers=runtime, json=decision_request())
     monkeypatch.undo()
     assert resp.status_code == 200 and resp.json()["reasons"][0]["code"] == "no"
-    after = registry.get_sample_value(SERIES, {"bundle": "quick"}) or 0.0
-    assert after - before == 1.0  # the evaluation was observed
+    assert _observed() - before == 1.0  # the evaluation was observed
 
 
 async def test_a_fast_evaluation_reads_at_least_one_microsecond(
