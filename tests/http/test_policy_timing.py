@@ -20,6 +20,7 @@ import pytest
 from cosigner.core.metrics import metrics
 from cosigner.policy import store
 from tests.conftest import decision_request
+from tests.http.test_fail_closed import write_bundle
 
 SERIES = "cosigner_policy_evaluation_duration_seconds_count"
 
@@ -32,14 +33,8 @@ def _observed() -> float:
 
 
 def _bundle(root: Path) -> Path:
-    folder = root / "quick"
-    folder.mkdir(parents=True)
-    (folder / "manifest.toml").write_text(
-        'id = "quick"\nversion = "1"\nengine = "python"\nentrypoint = "decide"\n'
-        'tenants = ["*"]\n')
-    (folder / "rules.py").write_text(
-        "def decide(input):\n    return {'effect': 'deny', 'reasons': ['no']}\n")
-    return root
+    return write_bundle(root, "def decide(input):\n    return {'effect': 'deny', "
+                        "'reasons': ['no']}\n", name="quick")
 
 
 async def test_a_policy_faster_than_a_microsecond_is_still_observed(
