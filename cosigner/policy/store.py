@@ -58,6 +58,7 @@ class Evaluation(NamedTuple):
     bundle: Bundle | None
     shadow: PolicyResult | None = None
     shadow_policy: dict[str, str] | None = None
+    #: Microseconds the active bundle took: at least 1 when it ran, 0 when no policy ran.
     elapsed_us: int = 0
     #: Remote OPA: the bundle revisions OPA reported for this evaluation (recorded in the
     #: decision event; ``policy.revision`` already digests them).
@@ -321,7 +322,9 @@ class PolicyStore:
             result, ref, opa = (run_python_traced(bundle, engine, input_doc)
                                 if type(engine) is _AsyncPython
                                 else await run_bundle_traced(bundle, input_doc))
-            elapsed = int((time.perf_counter() - started) * 1e6)
+            # At least 1: 0 means no policy ran (cosigner.decisions.pdp), and a Python
+            # rule evaluated without awaiting can finish within one microsecond.
+            elapsed = max(1, int((time.perf_counter() - started) * 1e6))
             tracing.set_attributes(current, {"cosigner.effect": result.effect})
         shadow_bundle = snap.shadow_bundle(bundle.id)
         shadow, shadow_ref = None, None

@@ -51,9 +51,11 @@ def test_a_forked_child_does_not_repeat_its_parents_ids() -> None:
     request_id(None)  # the parent holds unused ids
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: its next id, then leave at once
-        os.write(write, request_id(None).encode())
-        os._exit(0)
+    if pid == 0:  # the child: its next id, then leave at once, whatever happened
+        try:  # (a child escaping here would go on running the rest of the session)
+            os.write(write, request_id(None).encode())
+        finally:
+            os._exit(0)
     os.close(write)
     child = os.read(read, 64).decode()
     os.close(read)
