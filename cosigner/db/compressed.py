@@ -98,11 +98,20 @@ def compress_bare(data: bytes) -> bytes:
 
 
 def decompress_bare(frame: bytes) -> bytes:
-    """:func:`compress_bare` undone. Raises ValueError for a damaged frame."""
+    """:func:`compress_bare` undone. Raises ValueError for a damaged frame (see
+    :func:`_unzstd`)."""
     try:
         return _BARE_DECOMPRESSOR.decompress(frame)
     except zstandard.ZstdError as exc:
         raise ValueError(f"damaged compressed column: {exc}") from exc
+    except MemoryError as exc:
+        raise ValueError(_TOO_BIG) from exc
+
+
+#: zstd allocates the content size a frame header declares before decoding: a damaged
+#: header may declare petabytes (``MemoryError``); a claim that fits is allocated lazily
+#: and the damaged frame then fails to decode (``ZstdError``). Both are damage.
+_TOO_BIG = "damaged compressed column: its frame declares more bytes than can be allocated"
 
 
 def _unzstd(data: bytes) -> bytes:
@@ -110,6 +119,8 @@ def _unzstd(data: bytes) -> bytes:
         return _DECOMPRESSOR.decompress(data[1:])
     except zstandard.ZstdError as exc:
         raise ValueError(f"damaged compressed column: {exc}") from exc
+    except MemoryError as exc:
+        raise ValueError(_TOO_BIG) from exc
 
 
 def _json_bytes(value: Any) -> bytes:

@@ -218,19 +218,11 @@ def _resolve(own: bytes, prev: bytes | None, prev_stored: bytes | None) -> str:
 _LEAN = (V4_PAIR, V5_TAIL, V6_SINGLE)
 
 
-#: Why a frame that could not be decompressed for want of memory does not read: zstd
-#: allocates the content size a frame header declares before decoding, and a damaged
-#: header may declare petabytes. (A claim that fits in memory is allocated lazily and the
-#: damaged frame then fails to decode.)
-_TOO_BIG = ("audit event frame declares more bytes than can be allocated (a damaged "
-            "frame header)")
-
-
-def _unreadable(exc: ValueError | MemoryError) -> EventUnreadable:
-    """A decoder's failure as the one exception type: a damaged frame or bytes that are
-    not UTF-8 (``ValueError``), a damaged frame header claiming more than can be
-    allocated (``MemoryError``)."""
-    return EventUnreadable(_TOO_BIG if isinstance(exc, MemoryError) else str(exc))
+def _unreadable(exc: ValueError) -> EventUnreadable:
+    """A decoder's failure as the one exception type: a damaged frame (a frame header
+    declaring more than can be allocated included: :mod:`cosigner.db.compressed`) or
+    bytes that are not UTF-8."""
+    return EventUnreadable(str(exc))
 
 
 def text_of(value: bytes | bytearray | memoryview | str) -> str:
@@ -262,7 +254,7 @@ def text_of(value: bytes | bytearray | memoryview | str) -> str:
         return compressed.decompress(data).decode()
     except EventUnreadable:
         raise
-    except (ValueError, MemoryError) as exc:
+    except ValueError as exc:
         raise _unreadable(exc) from exc
 
 
@@ -290,7 +282,7 @@ def text_with(stored: bytes | bytearray | memoryview | str, prev_hash: str | Non
         return _resolve(data, prev, held)
     except EventUnreadable:
         raise
-    except (ValueError, MemoryError) as exc:
+    except ValueError as exc:
         raise _unreadable(exc) from exc
 
 
