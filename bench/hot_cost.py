@@ -15,15 +15,33 @@ another checkout with ``--code DIR`` (e.g. a ``git archive`` of main) to compare
 ``allow``: amount 5000 on a new run per request (an allow with its permit).
 ``redeem``: before each round, ``--n`` permits are minted through the allow path (not
 measured), then each is redeemed once. ``approval``: amount 150000 on a new run per
-request, so each opens its own approval request. A fresh SQLite file per run.
+request, so each opens its own approval request.
+
+``--db sqlite`` (default): a fresh SQLite file per run. ``--db postgres``: a fresh
+database ``cosigner_hot_<pid>`` on the PostgreSQL server of ``--pg`` (default
+``postgresql://postgres@127.0.0.1:5432/postgres``, a user that may create databases),
+migrated, measured and dropped at the end (even after a failure). The figure is still the
+serving process's CPU; the CPU of the database's PostgreSQL backends per request (read
+from ``/proc``, so when the server runs on this machine; with ``--processes``, all
+processes' backends over all processes' requests of the round) is printed after it::
+
+    .venv/bin/python bench/hot_cost.py --system allow --db postgres --n 4000 --c 16
+
+``--processes P`` (default 1): ``P`` serving processes on the one database (as
+``allow-pg-2p`` runs two), each with its own ``--c`` tasks and ``--n`` requests a round,
+each printing its own line; they share one key-encryption key and start each measured
+round together (after every process's warm-up), so their batches meet on the database
+(the chain head's row lock, PostgreSQL's commits).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +63,7 @@ def _decision(tag: str, amount: int) -> bytes:
 
 
 async def _measure(args: argparse.Namespace, url: str, keys: Path
-                   ) -> list[tuple[float, float, float]]:
+                   ) -> list[tuple[float, float, float, float]]:
     from cosigner.app import create_app
     from cosigner.core.clock import system_clock
     from cosigner.core.settings import Settings
@@ -96,6 +114,8 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path
     results = []
     async with app.router.lifespan_context(app):
         for round_no in range(args.rounds + 1):  # round 0 warms up
+            if round_no and args.barrier:
+                await _meet(Path(args.barrier) / str(round_no), args.processes)
             n = args.n if round_no else 300
             tag = f"r{round_no}x{os.getpid()}"
             if args.system == "redeem":
@@ -116,15 +136,67 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path
 
             stats = app.state.context.log_writer.stats
             batches, items = stats.batches, stats.items
+            backends = await _backends(url)
+            server = _cpu_s(backends)
             started, wall = time.process_time(), time.perf_counter()
             await asyncio.gather(*(worker(queue) for _ in range(args.c)))
             if round_no:
                 results.append(((time.process_time() - started) / n * 1e6,
                                 n / (time.perf_counter() - wall),
-                                (stats.items - items) / max(1, stats.batches - batches)))
+                                (stats.items - items) / max(1, stats.batches - batches),
+                                (_cpu_s(backends) - server) / (n * args.processes) * 1e6))
+        if args.barrier:  # none leaves (closing its backends) while another still measures
+            await _meet(Path(args.barrier) / "end", args.processes)
     if failures:
         sys.exit(f"{len(failures)} requests failed, e.g. {failures[0]!r}")
     return results
+
+
+async def _backends(url: str) -> list[int]:
+    """The process ids of the PostgreSQL backends serving ``url``'s database (none for
+    SQLite, or when the server is not on this machine's ``/proc``)."""
+    if not url.startswith("postgresql"):
+        return []
+    import asyncpg
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        pids = [row[0] for row in await conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()")]
+    finally:
+        await conn.close()
+    return [pid for pid in pids if os.path.exists(f"/proc/{pid}/stat")]
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """The CPU seconds (user + system) the processes ``pids`` have used so far."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def _meet(folder: Path, processes: int) -> None:
+    """Wait until all ``processes`` have reached ``folder`` (a file each in it)."""
+    folder.mkdir(exist_ok=True)
+    (folder / str(os.getpid())).touch()
+    while len(os.listdir(folder)) < processes:
+        await asyncio.sleep(0.005)
+
+
+async def _pg_admin(dsn: str, sql: str) -> None:
+    """Run ``sql`` (CREATE/DROP DATABASE) on the maintenance database ``dsn``."""
+    import asyncpg
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
 
 
 def main() -> int:
@@ -135,6 +207,13 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=1500)
     parser.add_argument("--c", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres",
+                        help="with --db postgres: the server (and maintenance database)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="serving processes on the one database")
+    parser.add_argument("--url", help=argparse.SUPPRESS)  # a child: the migrated database
+    parser.add_argument("--barrier", help=argparse.SUPPRESS)  # a child: where rounds meet
     args = parser.parse_args()
     sys.path.insert(0, args.code)
     os.environ["COSIGNER_RATE_LIMITS"] = json.dumps({"*": {
@@ -146,15 +225,46 @@ def main() -> int:
     from cosigner.db.migrate import upgrade
 
     with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite+aiosqlite:///{tmp}/cosigner.db"
-        asyncio.run(upgrade(url))
-        uvloop.install()
-        results = asyncio.run(_measure(args, url, Path(tmp) / "keys"))
-    print(f"{args.system} {Path(cosigner.__file__).parent.parent} c={args.c} n={args.n}: "
-          "CPU µs/req " + " / ".join(f"{cpu:.0f}" for cpu, _, _ in results)
-          + "; wall req/s " + " / ".join(f"{rate:.0f}" for _, rate, _ in results)
-          + "; items/batch " + " / ".join(f"{size:.1f}" for _, _, size in results))
+        if args.url:
+            uvloop.install()
+            results = asyncio.run(_measure(args, args.url, Path(tmp) / "keys"))
+        elif args.db == "sqlite":
+            url = f"sqlite+aiosqlite:///{tmp}/cosigner.db"
+            asyncio.run(upgrade(url))
+            return _serve(args, url, tmp)
+        else:
+            name = f"cosigner_hot_{os.getpid()}"
+            asyncio.run(_pg_admin(args.pg, f'CREATE DATABASE "{name}"'))
+            try:
+                url = ("postgresql+asyncpg://" + args.pg.split("://", 1)[1].rsplit("/", 1)[0]
+                       + "/" + name)
+                asyncio.run(upgrade(url))
+                return _serve(args, url, tmp)
+            finally:
+                asyncio.run(_pg_admin(args.pg, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    print(f"{args.system} {args.db} {Path(cosigner.__file__).parent.parent} c={args.c} n={args.n}: "
+          "CPU µs/req " + " / ".join(f"{cpu:.0f}" for cpu, *_ in results)
+          + "; wall req/s " + " / ".join(f"{rate:.0f}" for _, rate, *_ in results)
+          + "; items/batch " + " / ".join(f"{size:.1f}" for _, _, size, _ in results)
+          + ("; postgres CPU µs/req " + " / ".join(f"{pg:.0f}" for *_, pg in results)
+             if args.db == "postgres" else ""))
     return 0
+
+
+def _serve(args: argparse.Namespace, url: str, tmp: str) -> int:
+    """Run ``--processes`` children of this script on the migrated ``url`` (each prints
+    its line); nonzero when one failed."""
+    env = dict(os.environ)
+    env.setdefault("COSIGNER_KEY_ENCRYPTION_KEY",
+                   base64.urlsafe_b64encode(os.urandom(32)).decode())
+    barrier = Path(tmp) / "rounds"
+    barrier.mkdir()
+    command = [sys.executable, __file__, "--system", args.system, "--code", args.code,
+               "--n", str(args.n), "--c", str(args.c), "--rounds", str(args.rounds),
+               "--db", args.db, "--processes", str(args.processes), "--url", url,
+               "--barrier", str(barrier)]
+    children = [subprocess.Popen(command, env=env) for _ in range(args.processes)]
+    return max(child.wait() for child in children)
 
 
 if __name__ == "__main__":

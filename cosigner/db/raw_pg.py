@@ -9,7 +9,7 @@ arguments), in seven round trips:
 
 1. ``BEGIN``;
 2. the guard's three reads, one statement (:func:`guard_reads`);
-3. every row of every table, one ``INSERT … SELECT * FROM unnest(…)`` statement
+3. every row of every table, one ``INSERT … SELECT … FROM unnest($1::table[])`` statement
    (:func:`insert_tables`);
 4. per tenant in sorted order, after every other write: the chain head
    ``SELECT … FOR UPDATE`` (:func:`lock_head`), then
@@ -50,9 +50,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-from collections.abc import AsyncIterator, Sequence
+import weakref
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Table
@@ -63,7 +64,7 @@ from cosigner.core.errors import Unavailable
 from cosigner.db import response_row
 from cosigner.db.compressed import RowBound
 from cosigner.db.database import Database, UniqueViolation, failed_transaction
-from cosigner.db.row_encoders import rows_encoder
+from cosigner.db.row_encoders import table_encoders
 from cosigner.db.tables import decisions
 
 if TYPE_CHECKING:  # imported where a PostgreSQL batch runs: SQLite servers never load it
@@ -176,6 +177,12 @@ class PgLink:
             error = _sqlalchemy_error(exc)
             if error.connection_invalidated:
                 self._drop()
+            elif isinstance(exc, asyncpg.PostgresError) and not conn.is_closed():
+                # Perhaps a table changed under the cached row types (a migration by
+                # another process): the next batch reads them again.
+                _FIELDS.pop(conn, None)
+                _LAYOUTS.pop(conn, None)
+                await conn.reload_schema_state()
             raise failed_transaction(error, getattr(exc, "sqlstate", None)) from error
 
 
@@ -232,37 +239,94 @@ def _sqlalchemy_error(exc: BaseException) -> sa_exc.DBAPIError:
 
 # -- inserts ----------------------------------------------------------------------------
 #
-# Rows go in as one array per column (``INSERT … SELECT * FROM unnest($1::t1[], …)``): one
-# statement for all rows of several tables (data-modifying CTEs), one round trip. Array
-# element types carry no length (``varchar``, not ``varchar(36)``): an explicit cast would
-# cut an over-long value silently, the INSERT's assignment cast refuses it as a row insert
-# does (``string_data_right_truncation``, a DataError).
+# Rows go in as one array of the table's own row type per table (``INSERT INTO t (keys)
+# SELECT keys FROM unnest($1::t[])``): one statement for all rows of several tables
+# (data-modifying CTEs), one round trip. Each row is a tuple in the table's column order
+# (as PostgreSQL has it: :func:`_fields`, read once per connection), ``None`` for a
+# column the rows do not set, which the INSERT leaves to its default. Each field is
+# received with its column's type modifier, so a value too long for a ``varchar(36)`` is
+# refused as a row insert refuses it (``string_data_right_truncation``, a DataError).
+#
+# Session 10: this replaced one array per column (``unnest($1::varchar[], …)``): asyncpg
+# checks every element of an array for being a sub-array (two ``collections.abc``
+# ``isinstance`` calls per string or bytes value, Python-level ``__instancecheck__``),
+# ~60 values per allow decision; a record array checks each row once.
 
-_TYPES: dict[tuple[int, str, str], str] = {}
+Layout = Callable[[tuple[Any, ...]], tuple[Any, ...]] | None
+
+#: Per open connection: each table's column names in PostgreSQL's order (its row type),
+#: and for each ``(table name, keys)`` its record layout (:func:`_layout`).
+_FIELDS: weakref.WeakKeyDictionary[asyncpg.Connection, dict[str, tuple[str, ...]]] = (
+    weakref.WeakKeyDictionary())
+_LAYOUTS: weakref.WeakKeyDictionary[
+    asyncpg.Connection, dict[tuple[str, tuple[str, ...]], Layout]] = (
+    weakref.WeakKeyDictionary())
+
+_COLUMNS = ("SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum")
 
 
-def _element_type(dialect: Dialect, table: Table, name: str) -> str:
-    key = (id(dialect), table.name, name)
-    found = _TYPES.get(key)
+async def _fields(conn: asyncpg.Connection, table: Table) -> tuple[str, ...]:
+    """``table``'s column names in its row type's order (read once per connection)."""
+    known = _FIELDS.get(conn)
+    if known is None:
+        known = _FIELDS[conn] = {}
+    found = known.get(table.name)
     if found is None:
-        compiled = table.columns[name].type.compile(dialect=dialect)
-        found = _TYPES[key] = re.sub(r"\(\d+(, *\d+)?\)", "", compiled)
+        found = known[table.name] = tuple(
+            row[0] for row in await conn.fetch(_COLUMNS, table.name))
     return found
 
 
-def _unnest(dialect: Dialect, table: Table, keys: tuple[str, ...], first: int) -> str:
-    """``INSERT INTO table (keys) SELECT * FROM unnest($first::…[], …)``."""
-    arrays = ", ".join(f"${i}::{_element_type(dialect, table, k)}[]"
-                       for i, k in enumerate(keys, first))
-    return f"INSERT INTO {table.name} ({', '.join(keys)}) SELECT * FROM unnest({arrays})"
+async def _layout(conn: asyncpg.Connection, table: Table, keys: tuple[str, ...]) -> Layout:
+    """What turns a row's values in ``keys`` order into a record of ``table``'s row type
+    (``None``: they already are one). Cached per connection.
+
+    Raises:
+        ValueError: a key is not a column of the table in the database.
+    """
+    known = _LAYOUTS.get(conn)
+    if known is None:
+        known = _LAYOUTS[conn] = {}
+    if (table.name, keys) in known:
+        return known[(table.name, keys)]
+    fields = await _fields(conn, table)
+    unknown = set(keys) - set(fields)
+    if unknown:
+        raise ValueError(f"not columns of {table.name}: {sorted(unknown)}")
+    layout: Layout = None
+    if keys != fields:
+        # Index len(keys) is the None each row gets appended for the fields it lacks (and
+        # keeps the getter's answer a tuple, dropped after).
+        at = {key: i for i, key in enumerate(keys)}
+        pick = itemgetter(*(at.get(f, len(keys)) for f in fields), len(keys))
+
+        def layout(values: tuple[Any, ...]) -> tuple[Any, ...]:
+            return pick(values + (None,))[:-1]  # type: ignore[no-any-return]
+    known[(table.name, keys)] = layout
+    return layout
 
 
-def _columns(dialect: Dialect, table: Table, rows: Sequence[dict[str, Any]]
-             ) -> tuple[tuple[str, ...], list[list[Any]]]:
-    """The rows' keys and one list per column, values encoded as the dialect's bind
-    processors would (:mod:`cosigner.db.row_encoders`)."""
+def _insert(table: Table, keys: tuple[str, ...], number: int) -> str:
+    """``INSERT INTO table (keys) SELECT keys FROM unnest($number::table[])``."""
+    names = ", ".join(keys)
+    return (f"INSERT INTO {table.name} ({names}) "
+            f"SELECT {names} FROM unnest(${number}::{table.name}[])")
+
+
+async def _records(conn: asyncpg.Connection, dialect: Dialect, table: Table,
+                   rows: Sequence[dict[str, Any]]
+                   ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    """The rows' keys and the rows as records of ``table``'s row type, values encoded as
+    the dialect's bind processors would (:mod:`cosigner.db.row_encoders`).
+
+    Raises:
+        ValueError: a key is not a column of the table in the database.
+    """
     keys = tuple(rows[0])
-    return keys, rows_encoder(dialect, table, keys)(rows)
+    layout = await _layout(conn, table, keys)
+    values = table_encoders(dialect, table, keys).rows(rows)
+    return keys, values if layout is None else [layout(row) for row in values]
 
 
 async def insert_tables(conn: asyncpg.Connection, dialect: Dialect,
@@ -276,9 +340,9 @@ async def insert_tables(conn: asyncpg.Connection, dialect: Dialect,
     parts: list[str] = []
     args: list[Any] = []
     for table, rows in groups:
-        keys, columns = _columns(dialect, table, rows)
-        parts.append(_unnest(dialect, table, keys, len(args) + 1))
-        args.extend(columns)
+        keys, records = await _records(conn, dialect, table, rows)
+        parts.append(_insert(table, keys, len(args) + 1))
+        args.append(records)
     if len(parts) == 1:
         sql = parts[0]
     else:
@@ -396,6 +460,6 @@ async def extend_chain(conn: asyncpg.Connection, dialect: Dialect, events: Table
     if not rows:
         await conn.execute(move, seq, digest, tenant)
         return
-    keys, columns = _columns(dialect, events, rows)
-    sql = f"WITH e AS ({_unnest(dialect, events, keys, 4)}) {move}"
-    await conn.execute(sql, seq, digest, tenant, *columns)
+    keys, records = await _records(conn, dialect, events, rows)
+    sql = f"WITH e AS ({_insert(events, keys, 4)}) {move}"
+    await conn.execute(sql, seq, digest, tenant, records)
