@@ -30,6 +30,7 @@ from cosigner.db.raw_sql import read_connection
 from cosigner.db.raw_transaction import _rollback, raw_transaction
 from cosigner.db.sqlite_inline import InlineConnection, WriterConnection
 from tests.conftest import migrated_database
+from tests.db.test_writer_connection import _other_process, _rows
 
 log = logging.getLogger("cosigner.db.database")
 
@@ -157,20 +158,8 @@ async def file_db(tmp_path: Path, sqlite_template: Path) -> AsyncIterator[Databa
     await db.dispose()
 
 
-def _other(db: Database) -> sqlite3.Connection:
-    return sqlite3.connect(db.url.split("///", 1)[1], isolation_level=None, timeout=0)
-
-
-def _rows(db: Database) -> list[int]:
-    conn = _other(db)
-    try:
-        return [x for (x,) in conn.execute("SELECT x FROM w ORDER BY x")]
-    finally:
-        conn.close()
-
-
 def _reset(db: Database) -> None:
-    conn = _other(db)
+    conn = _other_process(db)
     try:
         conn.execute("DELETE FROM c")
         conn.execute("DELETE FROM w WHERE x <> 1")
@@ -252,7 +241,7 @@ async def _outcome(db: Database, opener: Opener, body: Body, caplog: pytest.LogC
     if setup == "pooled":
         writer.busy = True  # in use from "another loop": the pooled connection serves
     elif setup == "locked":
-        other = _other(db)
+        other = _other_process(db)
         other.execute("BEGIN IMMEDIATE")  # BEGIN IMMEDIATE then fails (busy timeout)
     elif setup == "unopenable":
         writer.discard()
