@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from types import TracebackType
 from typing import Any, Literal, cast
 
 from sqlalchemy.engine import Dialect, make_url
@@ -131,45 +131,72 @@ def _reader(database: Any) -> _Reader | None:
     return reader
 
 
-@contextmanager
-def read_connection(database: Any, *, snapshot: bool = True
-                    ) -> Iterator[sqlite3.Connection | None]:
+class ReadConnection:
     """A ``sqlite3`` connection holding one read snapshot (``BEGIN`` … ``ROLLBACK``), for
-    statements run with no ``await`` in between; ``None`` when ``database`` is not a
-    SQLite file (use SQLAlchemy then) or the connection is in use (re-entrance).
+    statements run with no ``await`` in between; ``with`` gives ``None`` when ``database``
+    is not a SQLite file (use SQLAlchemy then) or the connection is in use (re-entrance).
     ``snapshot=False``: no ``BEGIN`` (for one statement, which is its own snapshot in
     autocommit mode).
+
+    A class rather than a ``@contextmanager``: the generator's enter and exit cost about
+    2 % of a redeem (bench/README.md, session 10); tests/db/test_raw_sql.py drives both
+    forms through the same faults.
 
     Raises:
         Unavailable ``storage_unavailable``: the database cannot be read.
     """
-    reader = _reader(database)
-    if reader is None or reader.busy or reader.thread != threading.get_ident():
-        yield None
-        return
-    reader.busy = True
-    try:
+
+    __slots__ = ("_database", "_snapshot", "_reader", "_conn")
+
+    def __init__(self, database: Any, *, snapshot: bool = True) -> None:
+        self._database = database
+        self._snapshot = snapshot
+        self._reader: _Reader | None = None
+
+    def __enter__(self) -> sqlite3.Connection | None:
+        reader = _reader(self._database)
+        if reader is None or reader.busy or reader.thread != threading.get_ident():
+            return None
+        reader.busy = True
         try:
             conn = reader.connect()
-            if snapshot:
+            if self._snapshot:
                 conn.execute("BEGIN")
         except sqlite3.Error as exc:
             reader.close()
+            reader.busy = False
             raise Unavailable("the database is unavailable",
                               code="storage_unavailable") from exc
+        except BaseException:
+            reader.busy = False
+            raise
+        self._reader, self._conn = reader, conn
+        return conn
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        reader = self._reader
+        if reader is None:
+            return
+        self._reader = None
         try:
-            yield conn
-        except DBAPIError as exc:
-            raise Unavailable("the database is unavailable",
-                              code="storage_unavailable") from exc
-        finally:
             try:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                reader.close()
-    finally:
-        reader.busy = False
+                if isinstance(exc, DBAPIError):
+                    raise Unavailable("the database is unavailable",
+                                      code="storage_unavailable") from exc
+            finally:
+                conn = self._conn
+                try:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    reader.close()
+        finally:
+            reader.busy = False
+
+
+#: The name the redeem, approval and poll reads use.
+read_connection = ReadConnection
 
 
 def close_reader(database: Any) -> None:

@@ -15,7 +15,8 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
 
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.util import greenlet_spawn
@@ -27,83 +28,149 @@ from cosigner.db.sqlite_inline import InlineConnection, WriterConnection
 log = logging.getLogger("cosigner.db.database")
 
 
-@asynccontextmanager
-async def raw_transaction(db: Database) -> AsyncIterator[sqlite3.Connection | None]:
+class RawTransaction:
     """One write transaction of ``db`` (a SQLite file) on its own ``sqlite3`` write
     connection, without SQLAlchemy's ``Connection``: the same writer queue
     (:meth:`Database._sqlite_writer`), ``BEGIN IMMEDIATE`` on the loop (handed to the
     worker thread only when another process holds the lock), ``COMMIT`` on the worker
-    thread (fsync off the loop), rollback on any exception. Yields ``None`` (nothing
-    begun) when the database is not served by :class:`InlineConnection`.
+    thread (fsync off the loop), rollback on any exception. ``async with`` gives ``None``
+    (nothing begun) when the database is not served by :class:`InlineConnection`.
 
     The connection is the database's kept :class:`WriterConnection`; after a database
     error or an interrupted transaction it is discarded (closed on its own thread, a
     later batch opens a new one), never reused in an unknown state.
+
+    A class rather than an ``@asynccontextmanager``: the generator's ``__aenter__`` /
+    ``__aexit__`` (``anext``, ``athrow``, the nested ``_transaction`` one) cost a few
+    µs per batch on the allow path (bench/README.md, session 10);
+    tests/db/test_raw_transaction_class.py drives both forms through the same faults.
 
     Raises, like :meth:`Database.transaction`:
         UniqueViolation: a unique constraint fired.
         Unavailable: any other database failure (the driver error as ``__cause__``'s
             ``orig``), the commit included.
     """
-    async with db._sqlite_writer():  # noqa: SLF001 - the same in-process writer queue
-        writer = db.sqlite_write_connection
-        if writer is None or writer.busy:  # not a file, or in use from another loop
-            async with _pooled(db) as conn:
-                yield conn
-            return
-        writer.busy = True
+
+    __slots__ = ("_db", "_queue", "_writer", "_inner")
+    _queue: AbstractAsyncContextManager[None]
+    _inner: AbstractAsyncContextManager[sqlite3.Connection | None]
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._writer: WriterConnection | None = None
+
+    async def __aenter__(self) -> sqlite3.Connection | None:
+        db = self._db
+        queue = self._queue = db._sqlite_writer()  # noqa: SLF001 - the same writer queue
+        await queue.__aenter__()
+        try:
+            writer = db.sqlite_write_connection
+            if writer is None or writer.busy:  # not a file, or in use from another loop
+                pooled = self._inner = _pooled(db)
+                return await pooled.__aenter__()
+            writer.busy = True
+            self._writer = writer
+            try:
+                try:
+                    driver = await writer.connection()
+                except sqlite3.Error as exc:
+                    writer.discard()
+                    log.error("database transaction failed: %s: %s",
+                              type(exc).__name__, exc)
+                    raise Unavailable("the database is unavailable; nothing was recorded",
+                                      code="storage_unavailable") from exc
+                inner = self._inner = _Transaction(driver, writer)
+                return await inner.__aenter__()
+            except BaseException:
+                writer.busy = False
+                raise
+        except BaseException as exc:
+            await queue.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    async def __aexit__(self, typ: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         try:
             try:
-                driver = await writer.connection()
-            except sqlite3.Error as exc:
-                writer.discard()
-                log.error("database transaction failed: %s: %s", type(exc).__name__, exc)
-                raise Unavailable("the database is unavailable; nothing was recorded",
-                                  code="storage_unavailable") from exc
-            async with _transaction(driver, writer) as conn:
-                yield conn
-        finally:
-            writer.busy = False
+                await self._inner.__aexit__(typ, exc, tb)
+            finally:
+                if self._writer is not None:
+                    self._writer.busy = False
+        except BaseException as failure:
+            await self._queue.__aexit__(type(failure), failure, failure.__traceback__)
+            raise
+        await self._queue.__aexit__(typ, exc, tb)
 
 
-@asynccontextmanager
-async def _transaction(driver: InlineConnection, writer: WriterConnection | None
-                       ) -> AsyncIterator[sqlite3.Connection]:
+#: The name the batch runner and the tests use.
+raw_transaction = RawTransaction
+
+
+class _Transaction:
     """``BEGIN IMMEDIATE`` … ``COMMIT`` on ``driver``; ``writer``: the kept connection
     it belongs to, discarded on a database error or an interruption (``None``: a pooled
     connection, which its pool resets)."""
-    conn = driver._connection  # noqa: SLF001
-    assert conn is not None
-    try:
+
+    __slots__ = ("_driver", "_writer", "_conn")
+
+    def __init__(self, driver: InlineConnection, writer: WriterConnection | None) -> None:
+        conn = driver._connection  # noqa: SLF001
+        assert conn is not None
+        self._driver, self._writer, self._conn = driver, writer, conn
+
+    async def __aenter__(self) -> sqlite3.Connection:
+        conn = self._conn
         try:
-            await driver._execute(conn.execute, "BEGIN IMMEDIATE")  # noqa: SLF001
-            yield conn
-            await driver._execute(conn.commit)  # noqa: SLF001
-        except sqlite3.Error as exc:
-            raise DBAPIError.instance("COMMIT", None, exc, sqlite3.Error) from exc
-        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            await self._driver._execute(conn.execute, "BEGIN IMMEDIATE")  # noqa: SLF001
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+        return conn
+
+    async def __aexit__(self, typ: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if exc is not None:
+            self._failed(exc)
+            return
+        try:
+            await self._driver._execute(self._conn.commit)  # noqa: SLF001
+        except BaseException as failure:
+            self._failed(failure)
+            raise
+
+    def _failed(self, exc: BaseException) -> None:
+        """Clean up after ``exc`` (from ``BEGIN``, the body or ``COMMIT``) and raise what
+        the caller sees instead, or return when ``exc`` itself goes on."""
+        conn, writer = self._conn, self._writer
+        if isinstance(exc, sqlite3.Error):
+            try:
+                raise DBAPIError.instance("COMMIT", None, exc, sqlite3.Error) from exc
+            except DBAPIError as wrapped:
+                failure = wrapped
+        elif isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
             # The COMMIT may still run on the worker thread: leave the connection to it.
             if writer is not None:
                 writer.discard()
             elif conn.in_transaction:
                 _rollback(conn)
-            raise
-        except BaseException:
+            return
+        else:
             if conn.in_transaction and not _rollback(conn) and writer is not None:
                 writer.discard()
-            raise
-    except IntegrityError as exc:
-        if conn.in_transaction and not _rollback(conn) and writer is not None:
-            writer.discard()
-        raise UniqueViolation.from_db(exc) from exc
-    except DBAPIError as exc:
+            if not isinstance(exc, DBAPIError):
+                return
+            failure = exc
+        if isinstance(failure, IntegrityError):
+            if conn.in_transaction and not _rollback(conn) and writer is not None:
+                writer.discard()
+            raise UniqueViolation.from_db(failure) from failure
         if writer is not None:
             writer.discard()  # closing rolls back what is open
         elif conn.in_transaction:
             _rollback(conn)
-        log.error("database transaction failed: %s", _short(exc))
+        log.error("database transaction failed: %s", _short(failure))
         raise Unavailable("the database is unavailable; nothing was recorded",
-                          code="storage_unavailable") from exc
+                          code="storage_unavailable") from failure
 
 
 def _rollback(conn: sqlite3.Connection) -> bool:
@@ -125,7 +192,7 @@ async def _pooled(db: Database) -> AsyncIterator[sqlite3.Connection | None]:
         if not isinstance(driver, InlineConnection) or driver._connection is None:  # noqa: SLF001
             yield None
             return
-        async with _transaction(driver, None) as conn:
+        async with _Transaction(driver, None) as conn:
             yield conn
     finally:
         await greenlet_spawn(fairy.close)

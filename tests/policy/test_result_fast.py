@@ -1,8 +1,9 @@
-"""validate_result's quicker checks (session 8, issue 20) accept and refuse exactly what
-the plain ones did: a property test against the former code (kept below as the
-reference), on policy results built from the contract's own vocabulary plus the near
-misses a rule could return (tuples for lists, str subclasses, bools for ints, unknown
-keys, an empty tuple for ``mask``)."""
+"""validate_result's quicker checks (session 8, issue 20) and its shared results for
+plain allow/deny (session 10) accept, refuse and build exactly what the plain checks
+did: a property test against the former code (kept below as the reference), on policy
+results built from the contract's own vocabulary plus the near misses a rule could
+return (tuples for lists, str subclasses, bools for ints, unknown keys, an empty tuple
+for ``mask``) and lookalikes a shared result must not answer for."""
 
 from __future__ import annotations
 
@@ -104,9 +105,20 @@ _results = st.fixed_dictionaries({}, optional={
 }) | _scalars | _lists(_scalars)
 
 
+def _exact(value: Any) -> Any:
+    """``value`` with the type of every part spelled out (``1 == True``, ``Text("a") ==
+    "a"``: a shared result must not hand back another type than the rule gave)."""
+    if isinstance(value, PolicyResult | Reason):
+        return (type(value), tuple(_exact(getattr(value, name))
+                                   for name in value.__slots__))  # type: ignore[union-attr]
+    if isinstance(value, tuple):
+        return (tuple, tuple(_exact(v) for v in value))
+    return (type(value), value)
+
+
 def _outcome(check: Any, raw: Any) -> Any:
     try:
-        return check(raw)
+        return _exact(check(raw))
     except PolicyError as exc:
         return ("refused", exc.detail)
 
@@ -114,7 +126,52 @@ def _outcome(check: Any, raw: Any) -> Any:
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_results)
 def test_validate_result_decides_as_before(raw: Any) -> None:
-    assert _outcome(validate_result, raw) == _outcome(_reference, raw)
+    expected = _outcome(_reference, raw)
+    assert _outcome(validate_result, raw) == expected
+    assert _outcome(validate_result, raw) == expected  # again: a shared result (session 10)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(_results, min_size=2, max_size=6))
+def test_shared_results_never_answer_for_another_result(raws: list[Any]) -> None:
+    """Results kept for plain allow/deny (session 10): whatever was seen before, each
+    result is the one the plain validation gives."""
+    for raw in raws + raws[::-1]:
+        assert _outcome(validate_result, raw) == _outcome(_reference, raw)
+
+
+_LOOKALIKES = [  # equal keys (1 == True == 1.0, Text("a") == "a") but other results
+    {"effect": "allow", "permit_ttl_s": 1}, {"effect": "allow", "permit_ttl_s": True},
+    {"effect": "allow", "permit_ttl_s": 1.0}, {"effect": "allow", "reasons": ["a"]},
+    {"effect": "allow", "reasons": [Text("a")]}, {"effect": "allow", "reasons": [{"code": "a"}]},
+    {"effect": "allow", "reasons": [{"code": Text("a")}]},
+    {"effect": "allow", "reasons": [{"code": "a", "message": Text("")}]},
+    {"effect": Text("allow")}, {"effect": "allow"}, {"effect": "allow", "reasons": ("a",)},
+    {"effect": "allow", "reasons": [{"code": "a", "message": "m", "x": 1}]},
+    {"effect": "allow", "reasons": [1]}, {"effect": "allow", "reasons": None},
+    {"effect": "allow", "approval": None}, {"effect": "allow", "permit_ttl_s": 0}]
+
+
+@pytest.mark.parametrize("first", range(len(_LOOKALIKES)))
+def test_shared_results_tell_lookalikes_apart(first: int) -> None:
+    result_module._results.clear()
+    for raw in _LOOKALIKES[first:] + _LOOKALIKES[:first] + _LOOKALIKES[::-1]:
+        assert _outcome(validate_result, raw) == _outcome(_reference, raw), raw
+
+
+def test_shared_results_are_bounded_and_skip_subclasses() -> None:
+    raw = {"effect": "allow", "reasons": [{"code": "a", "message": "m"}], "permit_ttl_s": 5}
+    assert validate_result(raw) is validate_result(dict(raw))
+    assert validate_result({"effect": "allow", "reasons": ["a"]}) is validate_result(
+        {"effect": "allow", "reasons": [{"code": "a"}]})  # the same value: Reason("a", "")
+    subclassed = validate_result({"effect": "allow", "reasons": [Text("a")]})
+    assert type(subclassed.reasons[0].code) is Text
+    assert type(validate_result({"effect": "allow", "reasons": ["a"]}).reasons[0].code) is str
+    with pytest.raises(PolicyError):
+        validate_result({"effect": "allow", "permit_ttl_s": True})
+    for i in range(result_module._MAX_RESULTS + 5):
+        validate_result({"effect": "deny", "reasons": [f"r{i}"]})
+    assert len(result_module._results) <= result_module._MAX_RESULTS
 
 
 @pytest.mark.parametrize("raw", [
