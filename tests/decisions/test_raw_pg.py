@@ -398,13 +398,10 @@ async def test_a_table_changed_under_the_cached_row_type_fails_once_then_inserts
     """The row types are read once per connection; when a table gains a column (another
     process's migration), the next raw insert is refused (the batch would be redone item
     by item through Core), the caches are dropped, and the one after goes in."""
-    from sqlalchemy import Column, Integer, MetaData, String, Table
+    from sqlalchemy import Column, Integer
 
     name = f"s10_{tenant.replace('-', '_')}"
-    scratch = Table(name, MetaData(), Column("k", String(36), primary_key=True),
-                    Column("v", Integer))
-    async with harness.db.transaction() as sa:
-        await sa.run_sync(scratch.metadata.create_all)
+    scratch = await _scratch_table(harness, name, Column("v", Integer))
     link = raw_pg.PgLink(harness.db)
     dialect = harness.db.engine.dialect
     try:
@@ -434,13 +431,10 @@ async def test_a_column_recreated_under_the_cached_row_type_never_lands_in_anoth
     for the row type) still has the old order: two columns of one type would trade
     values silently. The insert is refused instead (redone item by item through Core),
     the caches are dropped, and the next one lands each value in its column."""
-    from sqlalchemy import Column, MetaData, String, Table, Text
+    from sqlalchemy import Column, Text
 
     name = f"s10r_{tenant.replace('-', '_')}"
-    scratch = Table(name, MetaData(), Column("k", String(36), primary_key=True),
-                    Column("a", Text), Column("b", Text))
-    async with harness.db.transaction() as sa:
-        await sa.run_sync(scratch.metadata.create_all)
+    scratch = await _scratch_table(harness, name, Column("a", Text), Column("b", Text))
     link = raw_pg.PgLink(harness.db)
     dialect = harness.db.engine.dialect
     try:
@@ -469,3 +463,13 @@ async def test_a_column_recreated_under_the_cached_row_type_never_lands_in_anoth
         await link.close()
         async with harness.db.transaction() as sa:
             await sa.exec_driver_sql(f"DROP TABLE {name}")
+
+
+async def _scratch_table(harness: Any, name: str, *columns: Any) -> Any:
+    """A new table ``name`` (key ``k``, then ``columns``), created in the database."""
+    from sqlalchemy import Column, MetaData, String, Table
+
+    scratch = Table(name, MetaData(), Column("k", String(36), primary_key=True), *columns)
+    async with harness.db.transaction() as sa:
+        await sa.run_sync(scratch.metadata.create_all)
+    return scratch
