@@ -49,6 +49,7 @@ was lost).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -307,11 +308,29 @@ async def _layout(conn: asyncpg.Connection, table: Table, keys: tuple[str, ...])
     return layout
 
 
-def _insert(table: Table, keys: tuple[str, ...], number: int) -> str:
-    """``INSERT INTO table (keys) SELECT keys FROM unnest($number::table[])``."""
+def _insert(table: Table, keys: tuple[str, ...], number: int,
+            fields: tuple[str, ...]) -> str:
+    """``INSERT INTO table (keys) SELECT keys FROM unnest($number::table[])``, refused
+    (``division_by_zero``, a DataError: the batch is redone item by item through Core,
+    and :meth:`PgLink.transaction` drops the cached layouts) unless the table's row type
+    is still ``fields``, the layout the records were built for. A column dropped and
+    added back, or two renamed, keeps the field count (and perhaps every field's type),
+    so PostgreSQL would read the stale records and put a value in another column."""
     names = ", ".join(keys)
     return (f"INSERT INTO {table.name} ({names}) "
-            f"SELECT {names} FROM unnest(${number}::{table.name}[])")
+            f"SELECT {names} FROM unnest(${number}::{table.name}[]) "
+            f"WHERE {_same_layout(table.name, fields)}")
+
+
+@functools.lru_cache(maxsize=256)
+def _same_layout(table: str, fields: tuple[str, ...]) -> str:
+    """A condition true when ``table``'s row type is ``fields``, an error otherwise (an
+    uncorrelated subquery: PostgreSQL evaluates it once per statement)."""
+    expected = ", ".join("'" + field.replace("'", "''") + "'" for field in fields)
+    return (f"(SELECT 1 / (array_agg(attname::text ORDER BY attnum) "
+            f"= ARRAY[{expected}]::text[])::int FROM pg_attribute "
+            f"WHERE attrelid = '{table}'::regclass AND attnum > 0 "
+            f"AND NOT attisdropped) = 1")
 
 
 async def _records(conn: asyncpg.Connection, dialect: Dialect, table: Table,
@@ -341,7 +360,7 @@ async def insert_tables(conn: asyncpg.Connection, dialect: Dialect,
     args: list[Any] = []
     for table, rows in groups:
         keys, records = await _records(conn, dialect, table, rows)
-        parts.append(_insert(table, keys, len(args) + 1))
+        parts.append(_insert(table, keys, len(args) + 1, await _fields(conn, table)))
         args.append(records)
     if len(parts) == 1:
         sql = parts[0]
@@ -461,5 +480,5 @@ async def extend_chain(conn: asyncpg.Connection, dialect: Dialect, events: Table
         await conn.execute(move, seq, digest, tenant)
         return
     keys, records = await _records(conn, dialect, events, rows)
-    sql = f"WITH e AS ({_insert(events, keys, 4)}) {move}"
+    sql = f"WITH e AS ({_insert(events, keys, 4, await _fields(conn, events))}) {move}"
     await conn.execute(sql, seq, digest, tenant, records)

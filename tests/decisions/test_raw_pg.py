@@ -398,13 +398,10 @@ async def test_a_table_changed_under_the_cached_row_type_fails_once_then_inserts
     """The row types are read once per connection; when a table gains a column (another
     process's migration), the next raw insert is refused (the batch would be redone item
     by item through Core), the caches are dropped, and the one after goes in."""
-    from sqlalchemy import Column, Integer, MetaData, String, Table
+    from sqlalchemy import Column, Integer
 
     name = f"s10_{tenant.replace('-', '_')}"
-    scratch = Table(name, MetaData(), Column("k", String(36), primary_key=True),
-                    Column("v", Integer))
-    async with harness.db.transaction() as sa:
-        await sa.run_sync(scratch.metadata.create_all)
+    scratch = await _scratch_table(harness, name, Column("v", Integer))
     link = raw_pg.PgLink(harness.db)
     dialect = harness.db.engine.dialect
     try:
@@ -424,3 +421,55 @@ async def test_a_table_changed_under_the_cached_row_type_fails_once_then_inserts
         await link.close()
         async with harness.db.transaction() as sa:
             await sa.exec_driver_sql(f"DROP TABLE {name}")
+
+
+@pytest.mark.parametrize("change", ["a dropped and added back", "a and b renamed"])
+async def test_a_column_recreated_under_the_cached_row_type_never_lands_in_another(
+        harness: Any, tenant: str, change: str) -> None:
+    """A migration that drops a column and adds it back (or swaps two names) moves it
+    in the table's row type, while this connection's cached layout (and asyncpg's codec
+    for the row type) still has the old order: two columns of one type would trade
+    values silently. The insert is refused instead (redone item by item through Core),
+    the caches are dropped, and the next one lands each value in its column."""
+    from sqlalchemy import Column, Text
+
+    name = f"s10r_{tenant.replace('-', '_')}"
+    scratch = await _scratch_table(harness, name, Column("a", Text), Column("b", Text))
+    link = raw_pg.PgLink(harness.db)
+    dialect = harness.db.engine.dialect
+    try:
+        async with link.transaction() as conn:
+            await raw_pg.insert_tables(conn, dialect,
+                                       [(scratch, [{"k": "1", "a": "A", "b": "B"}])])
+        async with harness.db.transaction() as sa:
+            if change == "a and b renamed":
+                for old, new in (("a", "t"), ("b", "a"), ("t", "b")):
+                    await sa.exec_driver_sql(f"ALTER TABLE {name} RENAME {old} TO {new}")
+            else:
+                await sa.exec_driver_sql(f"ALTER TABLE {name} DROP COLUMN a")
+                await sa.exec_driver_sql(f"ALTER TABLE {name} ADD COLUMN a text")
+        with pytest.raises(Exception) as failed:  # noqa: PT011 - mapped as any DB error
+            async with link.transaction() as conn:
+                await raw_pg.insert_tables(conn, dialect,
+                                           [(scratch, [{"k": "2", "a": "A", "b": "B"}])])
+        assert failed.value.code == "storage_unavailable"  # type: ignore[attr-defined]
+        async with link.transaction() as conn:
+            await raw_pg.insert_tables(conn, dialect,
+                                       [(scratch, [{"k": "3", "a": "A", "b": "B"}])])
+            rows = await conn.fetch(f"SELECT k, a, b FROM {name} ORDER BY k")
+        first = ("1", "B", "A") if change == "a and b renamed" else ("1", None, "B")
+        assert [tuple(r) for r in rows] == [first, ("3", "A", "B")]
+    finally:
+        await link.close()
+        async with harness.db.transaction() as sa:
+            await sa.exec_driver_sql(f"DROP TABLE {name}")
+
+
+async def _scratch_table(harness: Any, name: str, *columns: Any) -> Any:
+    """A new table ``name`` (key ``k``, then ``columns``), created in the database."""
+    from sqlalchemy import Column, MetaData, String, Table
+
+    scratch = Table(name, MetaData(), Column("k", String(36), primary_key=True), *columns)
+    async with harness.db.transaction() as sa:
+        await sa.run_sync(scratch.metadata.create_all)
+    return scratch

@@ -330,3 +330,34 @@ async def test_a_rejection_revokes_a_permit_minted_for_the_same_call_before_it(
     ok = await _post(url, "/v1/permits/redeem", runtime, {
         "permit": other["permit"]["token"], "tool": "delete_file", "args": {"path": "/tmp/a"}})
     assert ok.status_code == 200, ok.text
+
+
+async def test_a_permit_minted_before_a_withdrawn_rejection_redeems_once(
+        live: tuple[str, str], tenant: str) -> None:
+    """A rejection withdrawn before the redeem no longer stands: the permit minted for the
+    same call before it redeems (SQLite: the redeem UPDATE's own NOT EXISTS), once."""
+    url, database_url = live
+    runtime = await _key(database_url, tenant, "orchestrator", "runtime")
+    finance = await _key(database_url, tenant, "fiona", "finance")
+    other_finance = await _key(database_url, tenant, "gustav", "finance")
+    body = scripted({"effect": "allow"})
+    first = await _decide(url, runtime, body)
+    sibling = await _decide(url, runtime, _again(body))
+    assert sibling["permit"] is not None
+    asked = await _post(url, "/v1/approvals", runtime,
+                        {"decision_id": first["decision_id"], "reason": "looks odd"})
+    approval_id = asked.json()["id"]
+    await _post(url, f"/v1/approvals/{approval_id}/reviews", finance,
+                {"decision": "rejected", "comment": "wrong customer"})
+    withdrawn = await _post(url, f"/v1/approvals/{approval_id}/withdraw-rejection",
+                            other_finance, {"reason": "customer confirmed"})
+    assert withdrawn.status_code == 200, withdrawn.text
+    redeem = {"permit": sibling["permit"]["token"], "tool": body["tool"]["name"],
+              "args": body["args"]}
+    answers = await asyncio.gather(*[_post(url, "/v1/permits/redeem", runtime, redeem)
+                                     for _ in range(4)])
+    outcomes = sorted((a.status_code, a.json().get("code", a.json().get("status")))
+                      for a in answers)
+    assert outcomes == [(200, "redeemed")] + [(409, "already_redeemed")] * 3, outcomes
+    revoked = await _events(database_url, tenant, "permit.revoked")
+    assert [e["payload"]["reason"] for e in revoked] == ["review_requested"]  # first's
