@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cosigner.core.clock import numeric_date
@@ -470,6 +470,11 @@ _APPROVERS = st.builds(lambda i, r, at, sig, extra: {
 
 
 @settings(max_examples=400, deadline=None)
+# Explicit examples of both answers, so that the guard below never depends on the draw.
+@example(texts=["a"] * 8, times=[T_S, T_S, T_S + 60], approval_id=None, standing_id=None,
+         policy=POLICY, approvers=[], break_glass=False)
+@example(texts=[_Text("b")] + ["a"] * 7, times=[T_S, T_S, T_S + 60], approval_id=None,
+         standing_id=None, policy=POLICY, approvers=[], break_glass=False)
 @given(texts=st.just(["a"] * 8) | st.lists(_TEXTS, min_size=8, max_size=8),
        times=st.just([T_S, T_S, T_S + 60]) | st.lists(_INTS, min_size=3, max_size=3),
        approval_id=_TEXTS, standing_id=_TEXTS, policy=st.just(POLICY) | _POLICIES,
