@@ -52,8 +52,6 @@ from cosigner.db import compressed, digest, event_row, response_row, sqlite_comp
 
 #: A column's values (in row order) → the driver's values.
 ColumnEncoder = Callable[[Sequence[Any]], list[Any]]
-#: ``rows`` → one list of driver values per key, in the keys' order.
-RowsEncoder = Callable[[Sequence[dict[str, Any]]], list[list[Any]]]
 
 #: Exact column type → the function its ``process_bind_param`` calls on a value that is
 #: not ``None`` (``None`` binds as ``None``).
@@ -243,19 +241,6 @@ def table_encoders(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> Tab
         found = per_dialect[(table.name, keys)] = _compile(
             table, keys, _plans(dialect, table, keys))
     return found
-
-
-def rows_encoder(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> RowsEncoder:
-    """The encoder of ``table``'s rows holding ``keys`` on ``dialect``, column by column
-    (asyncpg's arrays): ``rows`` → one list of driver values per key."""
-    encode = table_encoders(dialect, table, keys).rows
-
-    def encode_columns(rows: Sequence[dict[str, Any]]) -> list[list[Any]]:
-        if not rows:
-            return [[] for _ in keys]
-        return [list(column) for column in zip(*encode(rows), strict=True)]
-
-    return encode_columns
 
 
 def column_encoder(dialect: Dialect, column: Column[Any]) -> ColumnEncoder | None:

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Dialect
 from cosigner.db import compressed, digest, event_row, response_row, sqlite_compact
 from cosigner.db.database import Database
 from cosigner.db.raw_insert import insert_many
-from cosigner.db.row_encoders import column_encoder, rows_encoder, table_encoders
+from cosigner.db.row_encoders import column_encoder, table_encoders
 from cosigner.db.tables import audit_events, decisions, metadata, permits
 from cosigner.db.tables_approvals import call_inputs
 
@@ -139,20 +139,6 @@ def test_equal_instants_in_other_zones_keep_their_own_wall_clock(dialect: str) -
     assert (same if encode is None else encode(same)) == expected
 
 
-@pytest.mark.parametrize("dialect", list(DIALECTS))
-def test_rows_encoder_lays_out_columns_in_key_order(dialect: str) -> None:
-    keys = ("decision_id", "tenant", "input", "mask")
-    rows = [{"decision_id": f"d{i}", "tenant": "t", "input": {"n": i}, "mask": []}
-            for i in range(3)]
-    columns = rows_encoder(DIALECTS[dialect], call_inputs, keys)(rows)
-    ids = ["d0", "d1", "d2"] if dialect == "postgresql" else [
-        sqlite_compact.pack_uuid(f"d{i}") for i in range(3)]  # 0021: packed on SQLite
-    assert columns[0] == ids and columns[1] == ["t"] * 3
-    assert columns[2] == [compressed.bind_json({"n": i}) for i in range(3)]
-    assert rows_encoder(DIALECTS[dialect], call_inputs, keys)([]) == [[], [], [], []]
-    assert rows_encoder(DIALECTS[dialect], call_inputs, ("tenant",))(rows) == [["t"] * 3]
-
-
 def expected_row(dialect: Dialect, table: Table, keys: tuple[str, ...],
                  row: dict[str, Any]) -> tuple[Any, ...]:
     """What SQLAlchemy binds for ``row``, column by column (``decisions.response`` beside
@@ -207,9 +193,6 @@ def test_table_encoders_give_what_sqlalchemy_binds_row_by_row(
     expected = [expected_row(engine_dialect, table, keys, row) for row in rows]
     assert encoders.rows(rows) == expected
     assert [encoders.row(row) for row in rows] == expected
-    columns = rows_encoder(engine_dialect, table, keys)(rows)
-    assert columns == ([list(c) for c in zip(*expected, strict=True)] if rows
-                       else [[] for _ in keys])
 
 
 # -- against the previous implementations ------------------------------------------------
