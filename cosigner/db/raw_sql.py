@@ -139,8 +139,8 @@ class ReadConnection:
     autocommit mode).
 
     A class rather than a ``@contextmanager``: the generator's enter and exit cost about
-    2 % of a redeem (bench/README.md, session 10); tests/db/test_raw_sql.py drives both
-    forms through the same faults.
+    2 % of a redeem (bench/README.md, session 10); tests/db/test_raw_transaction_class.py
+    drives both forms through the same faults.
 
     Raises:
         Unavailable ``storage_unavailable``: the database cannot be read.
