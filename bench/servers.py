@@ -268,6 +268,7 @@ class SeededCosignerDeployment(CosignerDeployment):
                 shutil.copytree(keys, staging / "keys")
                 staging.rename(cached)
         (self.workdir / "storage.txt").write_text(self.report)
+        print(self.report, flush=True)
 
     def _cached(self) -> Path | None:
         """Where the seeded log is kept between runs when ``BENCH_SEED_CACHE`` names a
@@ -279,7 +280,6 @@ class SeededCosignerDeployment(CosignerDeployment):
         versions = ROOT / "cosigner" / "db" / "migrations" / "versions"
         head = max(p.stem for p in versions.glob("[0-9]*.py"))
         return Path(folder) / f"{self.tenant}-{self.decisions}-{head}"
-        print(self.report, flush=True)
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> str:

@@ -91,7 +91,7 @@ class Database:
         #: :meth:`dispose`.
         self.on_dispose: list[Callable[[], Awaitable[None]]] = []
         self._write_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
-                                                     asyncio.Lock] = weakref.WeakKeyDictionary()
+                                                     _WriteQueue] = weakref.WeakKeyDictionary()
         #: The kept write connection of a SQLite file (group-commit batches,
         #: :func:`cosigner.db.raw_transaction.raw_transaction`); ``None`` otherwise.
         self.sqlite_write_connection: WriterConnection | None = None
@@ -136,13 +136,20 @@ class Database:
             yield
             return
         loop = asyncio.get_running_loop()
-        lock = self._write_locks.get(loop)
-        if lock is None:
-            lock = self._write_locks[loop] = asyncio.Lock()
+        queue = self._write_locks.get(loop)
+        if queue is None:
+            queue = self._write_locks[loop] = _WriteQueue()
+        lock = queue.lock
         try:
-            if lock.locked() or getattr(lock, "_waiters", None):
-                async with asyncio.timeout(self._busy_timeout_ms / 1000):
-                    await lock.acquire()
+            if lock.locked() or queue.waiting:
+                # Held, or just released to a writer that has not run yet (asyncio.Lock
+                # is fair: acquire() queues behind it): wait, at most the busy timeout.
+                queue.waiting += 1
+                try:
+                    async with asyncio.timeout(self._busy_timeout_ms / 1000):
+                        await lock.acquire()
+                finally:
+                    queue.waiting -= 1
             else:  # free and nobody queued: taken without suspending, no timer needed
                 await lock.acquire()
         except TimeoutError:
@@ -208,6 +215,19 @@ class Database:
         await self.engine.dispose()
         if self.bulk_engine is not self.engine:
             await self.bulk_engine.dispose()
+
+
+class _WriteQueue:
+    """The write lock of one event loop (:meth:`Database._sqlite_writer`) and how many
+    writers wait on it: ``asyncio.Lock`` says whether it is held, not whether a writer is
+    queued (its ``_waiters`` is private); every acquire goes through ``_sqlite_writer``,
+    so this count is exact."""
+
+    __slots__ = ("lock", "waiting")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.waiting = 0
 
 
 def _short(exc: BaseException) -> str:

@@ -198,24 +198,39 @@ class GroupCommitter(Generic[I]):
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            while not self._size:
-                self._arrived.clear()
-                await self._arrived.wait()
-            batch: list[_Pending[I]] = []
-            self._busy = True
-            try:
-                self._take(batch)
-                siblings = self._siblings or (len(batch) > 1 and self._fruitful)
-                self._siblings = False
-                if siblings and len(batch) < self._max_batch and self._max_wait_s > 0:
-                    before = len(batch)
-                    await self._gather(loop, self._max_batch - len(batch))
+        batch: list[_Pending[I]] = []
+        try:
+            while True:
+                while not self._size:
+                    self._arrived.clear()
+                    await self._arrived.wait()
+                batch = []
+                self._busy = True
+                try:
                     self._take(batch)
-                    self._fruitful = len(batch) > before
-                await self._commit(batch)
-            finally:
-                self._busy = False
+                    siblings = self._siblings or (len(batch) > 1 and self._fruitful)
+                    self._siblings = False
+                    if siblings and len(batch) < self._max_batch and self._max_wait_s > 0:
+                        before = len(batch)
+                        await self._gather(loop, self._max_batch - len(batch))
+                        self._take(batch)
+                        self._fruitful = len(batch) > before
+                    await self._commit(batch)
+                finally:
+                    self._busy = False
+        except BaseException as exc:
+            # Cancelled (loop shutdown, stop) or broken at any await point — waiting,
+            # gathering or committing: the batch in hand and everything still queued are
+            # answered 503, never left waiting nor acknowledged; later submits are
+            # refused (the task is done).
+            self._closed = True
+            stopped = Unavailable("the decision log writer stopped",
+                                  code="storage_unavailable")
+            self._fail(batch, stopped)
+            self._fail_queued(stopped)
+            if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+                raise
+            log.error("group commit writer failed: %s: %s", type(exc).__name__, exc)
 
     async def _gather(self, loop: asyncio.AbstractEventLoop, room: int) -> None:
         """Wait ``max_wait_s`` for more items, or less once ``room`` more are queued: one
@@ -243,10 +258,6 @@ class GroupCommitter(Generic[I]):
             self._batch_wait.observe(asyncio.get_running_loop().time() - batch[0].queued_at)
             for pending in batch:
                 pending.batch = len(batch)
-        except asyncio.CancelledError:
-            self._fail(batch, Unavailable("the decision log writer stopped",
-                                          code="storage_unavailable"))
-            raise
         except Exception as exc:  # noqa: BLE001 - any batch fault fails its waiters closed
             self.stats.failed_batches += 1
             self._failures.inc(len(batch))
@@ -263,6 +274,14 @@ class GroupCommitter(Generic[I]):
                 pending.future.set_exception(outcome)
             else:
                 pending.future.set_result(outcome)
+
+    def _fail_queued(self, exc: CosignerError) -> None:
+        """Answer ``exc`` to every item still queued (not taken into a batch)."""
+        queues, self._queues = self._queues, {}
+        self._turns.clear()
+        self._size = 0
+        for queue in queues.values():
+            self._fail(list(queue), exc)
 
     @staticmethod
     def _fail(batch: list[_Pending[I]], exc: CosignerError) -> None:

@@ -65,10 +65,9 @@ class RawTransaction:
         await queue.__aenter__()
         try:
             writer = db.sqlite_write_connection
-            if writer is None or writer.busy:  # not a file, or in use from another loop
+            if writer is None or not writer.claim():  # not a file, or used by another loop
                 pooled = self._inner = _pooled(db)
                 return await pooled.__aenter__()
-            writer.busy = True
             self._writer = writer
             try:
                 try:
@@ -82,7 +81,7 @@ class RawTransaction:
                 inner = self._inner = _Transaction(driver, writer)
                 return await inner.__aenter__()
             except BaseException:
-                writer.busy = False
+                writer.release()
                 raise
         except BaseException as exc:
             await queue.__aexit__(type(exc), exc, exc.__traceback__)
@@ -95,7 +94,7 @@ class RawTransaction:
                 await self._inner.__aexit__(typ, exc, tb)
             finally:
                 if self._writer is not None:
-                    self._writer.busy = False
+                    self._writer.release()
         except BaseException as failure:
             await self._queue.__aexit__(type(failure), failure, failure.__traceback__)
             raise

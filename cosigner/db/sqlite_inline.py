@@ -25,6 +25,7 @@ Queries that scan many rows (audit export and search) use a plain aiosqlite engi
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -133,17 +134,35 @@ class WriterConnection:
     Writers of one process are already serialized by
     :meth:`cosigner.db.database.Database._sqlite_writer`, so one connection is enough; it
     holds no lock between batches (autocommit mode), so other processes write the file
-    as before. ``busy`` marks it in use; a caller that finds it busy (a second event loop
-    on the same :class:`~cosigner.db.database.Database`) takes a pooled connection.
+    as before. :meth:`claim` takes it for one transaction; a caller that finds it taken
+    (a second event loop on the same :class:`~cosigner.db.database.Database`, maybe on
+    another thread: the writer queue is per loop) takes a pooled connection.
     """
 
     def __init__(self, path: str, *, busy_timeout_ms: int) -> None:
         self._create = inline_creator(path, busy_timeout_ms=busy_timeout_ms)
         self._busy_timeout_ms = busy_timeout_ms
         self._driver: InlineConnection | None = None
-        self.busy = False
+        # A lock, not a flag: the check and the take are one step even when two threads
+        # (two loops) claim at once (tests/db/test_writer_connection.py).
+        self._claimed = threading.Lock()
         #: Connections opened, for tests and metrics (a discard makes the next batch open one).
         self.opened = 0
+
+    @property
+    def busy(self) -> bool:
+        """Claimed by a transaction (:meth:`claim`) right now."""
+        return self._claimed.locked()
+
+    def claim(self) -> bool:
+        """Take the connection for one transaction: True when taken (give it back with
+        :meth:`release`), False when another transaction holds it. Atomic across
+        threads."""
+        return self._claimed.acquire(blocking=False)
+
+    def release(self) -> None:
+        """Give back what :meth:`claim` took."""
+        self._claimed.release()
 
     async def connection(self) -> InlineConnection:
         """The open connection, opened and configured first if there is none.

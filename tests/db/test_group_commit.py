@@ -203,3 +203,120 @@ async def test_lockstep_writers_stop_waiting_for_company_that_cannot_come() -> N
     assert await b == "b" and await c == "c"
     await committer.stop()
     assert batches[-1] == ["b", "c", "d"]
+
+
+# --- the drain task stopped at any of its await points (loop shutdown, stop racing) ------
+
+async def _gathering(committer: GroupCommitter[int], release: asyncio.Event
+                     ) -> tuple[asyncio.Future[object], list[asyncio.Future[object]]]:
+    """Drive ``committer`` until its drain task gathers a batch of two items: a first
+    write commits (held until ``release``), two more arrive meanwhile (siblings), and
+    the next batch, started after ``release``, waits for company (a long ``max_wait_s``)."""
+    first = asyncio.ensure_future(committer.submit(1))
+    await asyncio.sleep(0.01)  # the first batch is committing, held on ``release``
+    later = [asyncio.ensure_future(committer.submit(i)) for i in (2, 3)]
+    await asyncio.sleep(0)
+    release.set()
+    for _ in range(50):
+        await asyncio.sleep(0.005)
+        if committer._filled is not None:  # noqa: SLF001 - the batch is gathering
+            break
+    assert committer._filled is not None, "the second batch never gathered"  # noqa: SLF001
+    return first, later
+
+
+async def test_a_drain_task_cancelled_while_gathering_fails_its_batch_closed() -> None:
+    """Loop shutdown cancels the drain task at ``await self._gather(...)``: the items
+    already taken into the batch are answered 503, never left waiting."""
+    release = asyncio.Event()
+    batches: list[list[int]] = []
+
+    async def run(items: list[int]) -> list[object]:
+        batches.append(items)
+        await release.wait()
+        return list(items)
+
+    committer: GroupCommitter[int] = GroupCommitter(run, max_batch=8, max_wait_s=30.0)
+    committer.start()
+    first, later = await _gathering(committer, release)
+    assert await first == 1
+    assert committer._task is not None  # noqa: SLF001
+    committer._task.cancel()  # noqa: SLF001 - what the loop's shutdown does
+    outcomes = await asyncio.wait_for(asyncio.gather(*later, return_exceptions=True), 2)
+    assert all(isinstance(o, Unavailable) and o.code == "storage_unavailable"
+               for o in outcomes), outcomes
+    assert batches == [[1]]  # never acknowledged, never run
+    with pytest.raises(Unavailable):
+        await committer.submit(4)
+    await committer.stop()
+
+
+async def test_a_drain_task_cancelled_while_committing_fails_what_is_still_queued() -> None:
+    """Cancelled during a COMMIT: that batch and every item still queued behind it (not
+    yet taken into a batch) are answered 503."""
+    started = asyncio.Event()
+
+    async def run(items: list[int]) -> list[object]:
+        started.set()
+        await asyncio.sleep(30)
+        return list(items)
+
+    committer: GroupCommitter[int] = GroupCommitter(run, max_batch=2, max_wait_s=0)
+    committer.start()
+    waiters = [asyncio.ensure_future(committer.submit(i, key=f"t{i}")) for i in range(5)]
+    await asyncio.wait_for(started.wait(), 2)
+    assert committer.depth == 3
+    assert committer._task is not None  # noqa: SLF001
+    committer._task.cancel()  # noqa: SLF001
+    outcomes = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 2)
+    assert all(isinstance(o, Unavailable) for o in outcomes), outcomes
+    assert committer.depth == 0
+    await committer.stop()
+
+
+async def test_stop_while_a_batch_gathers_finishes_it_and_what_is_queued() -> None:
+    """``stop()`` racing a gathering batch: "finish what is queued, then stop" — the
+    gathering batch and the items behind it are committed and acknowledged."""
+    release = asyncio.Event()
+
+    async def run(items: list[int]) -> list[object]:
+        await release.wait()
+        return [i * 10 for i in items]
+
+    committer: GroupCommitter[int] = GroupCommitter(run, max_batch=8, max_wait_s=0.2)
+    committer.start()
+    first, later = await _gathering(committer, release)
+    stopping = asyncio.ensure_future(committer.stop())
+    await asyncio.sleep(0)
+    with pytest.raises(Unavailable):
+        await committer.submit(9)  # refused once stopping
+    await asyncio.wait_for(stopping, 5)
+    assert await first == 10
+    assert [await w for w in later] == [20, 30]
+
+
+async def test_a_drain_task_that_dies_fails_its_waiters_and_later_submits() -> None:
+    """An unexpected fault of the drain loop itself (not of a batch) ends the task: the
+    batch and the queue are answered 503, and later submits are refused at once."""
+    gate = asyncio.Event()
+
+    async def run(items: list[int]) -> list[object]:
+        await gate.wait()
+        return list(items)
+
+    committer: GroupCommitter[int] = GroupCommitter(run, max_batch=1, max_wait_s=0)
+    committer.start()
+    waiters = [asyncio.ensure_future(committer.submit(i, key=f"t{i}")) for i in range(3)]
+    await asyncio.sleep(0.01)
+
+    def broken(batch: list[object]) -> None:
+        raise RuntimeError("bookkeeping bug")
+
+    committer._take = broken  # type: ignore[method-assign,assignment]  # noqa: SLF001
+    gate.set()
+    outcomes = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 2)
+    assert outcomes[0] == 0
+    assert all(isinstance(o, Unavailable) for o in outcomes[1:]), outcomes
+    with pytest.raises(Unavailable):
+        await committer.submit(5)
+    await committer.stop()

@@ -5,7 +5,7 @@ that raises (a plain error, a driver error, SQLAlchemy's wrapped driver errors, 
 cancellation), a failed ``BEGIN``, a failed ``COMMIT``, an unopenable connection, the
 pooled fallback, a failed ``ROLLBACK``, re-entrance — and must raise the same error
 (type, code, cause), log the same lines, keep the same rows and leave the connection,
-its ``busy`` flag and the writer queue in the same state."""
+its claim (``busy``) and the writer queue in the same state."""
 
 from __future__ import annotations
 
@@ -41,11 +41,10 @@ log = logging.getLogger("cosigner.db.database")
 async def _reference_transaction(db: Database) -> AsyncIterator[sqlite3.Connection | None]:
     async with db._sqlite_writer():
         writer = db.sqlite_write_connection
-        if writer is None or writer.busy:
+        if writer is None or not writer.claim():
             async with _reference_pooled(db) as conn:
                 yield conn
             return
-        writer.busy = True
         try:
             try:
                 driver = await writer.connection()
@@ -57,7 +56,7 @@ async def _reference_transaction(db: Database) -> AsyncIterator[sqlite3.Connecti
             async with _reference_begin(driver, writer) as conn:
                 yield conn
         finally:
-            writer.busy = False
+            writer.release()
 
 
 @asynccontextmanager
@@ -239,7 +238,7 @@ async def _outcome(db: Database, opener: Opener, body: Body, caplog: pytest.LogC
     error: BaseException | None = None
     other: sqlite3.Connection | None = None
     if setup == "pooled":
-        writer.busy = True  # in use from "another loop": the pooled connection serves
+        assert writer.claim()  # in use from "another loop": the pooled connection serves
     elif setup == "locked":
         other = _other_process(db)
         other.execute("BEGIN IMMEDIATE")  # BEGIN IMMEDIATE then fails (busy timeout)
@@ -258,10 +257,11 @@ async def _outcome(db: Database, opener: Opener, body: Body, caplog: pytest.LogC
             other.rollback()
             other.close()
     busy = writer.busy
-    writer.busy = False
+    if busy:
+        writer.release()
     if _in_transaction(seen) == "closed" and writer._driver is kept:
         writer.discard()  # the body closed it: the next run opens another
-    lock = db._write_locks[asyncio.get_running_loop()]
+    lock = db._write_locks[asyncio.get_running_loop()].lock
     await asyncio.sleep(0.02)  # a discarded connection's worker thread closes it
     state = (_error(error), _rows(db), busy, lock.locked(),
              writer._driver is kept if setup == "plain" else None,
@@ -320,7 +320,7 @@ async def _unopenable(db: Database, body: Body, caplog: pytest.LogCaptureFixture
         writer = db.sqlite_write_connection
         assert writer is not None
         results.append((_error(error), _rows(db), writer.busy,
-                        db._write_locks[asyncio.get_running_loop()].locked(),
+                        db._write_locks[asyncio.get_running_loop()].lock.locked(),
                         [r.getMessage() for r in caplog.records]))
     assert results[0] == results[1]
     return results[0]
@@ -355,7 +355,7 @@ async def test_the_writer_queue_is_released_when_entry_is_cancelled(file_db: Dat
         release.set()
         await held
         assert not writer.busy
-        assert not file_db._write_locks[asyncio.get_running_loop()].locked()
+        assert not file_db._write_locks[asyncio.get_running_loop()].lock.locked()
 
 
 # --- read_connection ---------------------------------------------------------------

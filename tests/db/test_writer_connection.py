@@ -11,8 +11,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.exc import DBAPIError
@@ -214,3 +216,137 @@ async def test_a_writer_killed_between_begin_and_commit_leaves_nothing(
     assert _rows(file_db) == [1, 2]  # nothing of the killed transaction
     await _batch(file_db, "INSERT INTO w VALUES (3)")
     assert _rows(file_db) == [1, 2, 3]
+
+
+@pytest.mark.busy_ms(200)
+async def test_a_writer_arriving_as_the_lock_passes_to_a_queued_one_still_times_out(
+        file_db: Database) -> None:
+    """The writer queue (``Database._sqlite_writer``) on one loop: A holds it, B queues,
+    A releases — the lock is free but promised to B, who has not run yet. C arriving in
+    that moment must still wait with the busy timeout (asyncio.Lock is fair: C's
+    acquire() queues behind B whatever ``locked()`` says), so when B then holds the lock
+    for good, C is answered 503 after the busy timeout instead of waiting forever."""
+    go, a_done, b_in, forever = (asyncio.Event(), asyncio.Event(), asyncio.Event(),
+                                 asyncio.Event())
+
+    async def a() -> None:
+        async with file_db._sqlite_writer():
+            await a_done.wait()
+            go.set()  # C's wake-up is scheduled before B's (the release below)
+        # released here, in the same step as go.set()
+
+    async def b() -> None:
+        async with file_db._sqlite_writer():
+            b_in.set()
+            await forever.wait()
+
+    async def c() -> None:
+        await go.wait()
+        async with file_db._sqlite_writer():
+            pass
+
+    holder = asyncio.create_task(a())
+    await asyncio.sleep(0)
+    queued = asyncio.create_task(b())
+    await asyncio.sleep(0)
+    late = asyncio.create_task(c())
+    await asyncio.sleep(0)
+    a_done.set()
+    await holder
+    try:
+        with pytest.raises(Unavailable) as caught:
+            await asyncio.wait_for(late, 2)
+        assert caught.value.code == "storage_unavailable"
+        assert b_in.is_set()
+    finally:
+        queued.cancel()
+        await asyncio.gather(queued, return_exceptions=True)
+    async with file_db._sqlite_writer():  # and the queue is free again
+        pass
+
+
+def _preempted_at(line: int, code: object, paused: threading.Event,
+                  resume: threading.Event) -> Callable[..., Any]:
+    """A ``sys.settrace`` function that stops its thread at the ``line``-th line run in
+    ``code`` (counted over every resumption of the coroutine) until ``resume`` is set or
+    0.5 s passed, setting ``paused`` meanwhile: a thread switch forced exactly there."""
+    seen = 0
+
+    def local(frame: Any, event: str, _arg: Any) -> Any:
+        nonlocal seen
+        if event == "line":
+            seen += 1
+            if seen == line:
+                paused.set()
+                resume.wait(0.5)
+        return local
+
+    def global_(frame: Any, event: str, _arg: Any) -> Any:
+        return local if event == "call" and frame.f_code is code else None
+
+    return global_
+
+
+@pytest.mark.busy_ms(5000)
+async def test_two_loops_never_share_the_kept_connection_wherever_one_is_preempted(
+        file_db: Database) -> None:
+    """Two event loops on two threads write through one Database (the kept connection's
+    ``busy`` check, :class:`WriterConnection`). Thread A is preempted at each line of
+    ``RawTransaction.__aenter__`` in turn while thread B runs a whole transaction: at
+    no point may both take the kept connection (a second BEGIN on it fails, and its
+    discard closes B's open transaction) — one of them takes a pooled connection, and
+    both commit."""
+    from cosigner.db.raw_transaction import RawTransaction
+
+    code = RawTransaction.__aenter__.__code__
+    line, key = 0, 1
+    while True:
+        line += 1
+        paused, resume = threading.Event(), threading.Event()
+        errors: list[BaseException] = []
+
+        def a(key: int = key, line: int = line, paused: threading.Event = paused,
+              resume: threading.Event = resume, errors: list[BaseException] = errors
+              ) -> None:
+            sys.settrace(_preempted_at(line, code, paused, resume))
+
+            async def go() -> None:
+                async with raw_transaction(file_db) as conn:
+                    assert conn is not None
+                    conn.execute("INSERT INTO w VALUES (?)", (key,))
+            try:
+                asyncio.run(go())
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+            finally:
+                sys.settrace(None)
+                paused.set()
+
+        def b(key: int = key + 1, resume: threading.Event = resume,
+              errors: list[BaseException] = errors) -> None:
+            async def go() -> None:
+                async with raw_transaction(file_db) as conn:
+                    assert conn is not None
+                    conn.execute("INSERT INTO w VALUES (?)", (key,))
+                    resume.set()  # A goes on while B's transaction is open
+                    await asyncio.sleep(0.05)
+            try:
+                asyncio.run(go())
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+
+        first = threading.Thread(target=a)
+        first.start()
+        assert paused.wait(5)
+        if not first.is_alive():  # A ran fewer lines than ``line``: every point tried
+            first.join()
+            assert not errors, errors
+            break
+        second = threading.Thread(target=b)
+        second.start()
+        second.join(10)
+        first.join(10)
+        assert not errors, (line, errors)
+        assert {key, key + 1} <= set(_rows(file_db)), line
+        key += 2
+    assert line > 5  # really stepped through the check and the claim
