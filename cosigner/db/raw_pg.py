@@ -164,7 +164,11 @@ class PgLink:
                 await conn.execute(_BEGIN)
             try:
                 yield conn
-                await conn.execute("COMMIT")
+                if await conn.execute("COMMIT") != "COMMIT":
+                    # An aborted transaction (a statement failed and the body caught its
+                    # error): PostgreSQL answers ROLLBACK, and asyncpg raises nothing.
+                    raise asyncpg.InFailedSQLTransactionError(
+                        "the transaction was aborted; its COMMIT rolled back")
             except BaseException:
                 if not conn.is_closed() and conn.is_in_transaction():
                     try:

@@ -131,6 +131,12 @@ class _Transaction:
         if exc is not None:
             self._failed(exc)
             return
+        if not self._conn.in_transaction:
+            # SQLite rolled it back under the body (an ``OR ROLLBACK`` conflict, a full
+            # disk, an I/O error whose exception the body caught): ``commit()`` would be
+            # a silent no-op, and its writes answered as committed.
+            self._failed(sqlite3.OperationalError("the transaction was rolled back "
+                                                  "before its COMMIT"))
         try:
             await self._driver._execute(self._conn.commit)  # noqa: SLF001
         except BaseException as failure:

@@ -133,28 +133,41 @@ async def _slow_commits(db: Database, tenant: str) -> Callable[[], Awaitable[Non
     return undo_pg
 
 
-def _committer(db: Database, fail_when: str | None = None) -> GroupCommitter[Item]:
+def _committer(db: Database, fail_when: str | None = None, *, fail_in: str = "finish"
+               ) -> GroupCommitter[Item]:
     """The decision log's batch runner (raw SQLite / asyncpg bulk path) with guard and
-    finish hooks that only fail a batch holding the write ``fail_when``."""
+    finish hooks; the hook ``fail_in`` (``"guard"`` or ``"finish"``) fails a batch
+    holding the write ``fail_when`` with an unexpected exception."""
 
-    def check(writes: list[Write]) -> None:
-        if fail_when is not None and any(w.result == fail_when for w in writes):
+    def check(hook: str, writes: list[Write]) -> None:
+        if hook == fail_in and fail_when is not None and any(
+                w.result == fail_when for w in writes):
             raise OSError("the disk went away")  # not a database error: fails the batch
 
+    async def guard(conn: AsyncConnection, writes: list[Write]) -> dict[int, Any]:
+        check("guard", writes)
+        return {}
+
     async def finish(conn: AsyncConnection, writes: list[Write]) -> None:
-        check(writes)
+        check("finish", writes)
+
+    def guard_raw(conn: sqlite3.Connection, dialect: Dialect, writes: list[Write]
+                  ) -> dict[int, Any]:
+        check("guard", writes)
+        return {}
 
     def finish_raw(conn: sqlite3.Connection, dialect: Dialect, writes: list[Write]) -> None:
-        check(writes)
+        check("finish", writes)
 
     async def guard_pg(conn: Any, dialect: Dialect, writes: list[Write]) -> dict[int, Any]:
+        check("guard", writes)
         return {}
 
     async def finish_pg(conn: Any, dialect: Dialect, writes: list[Write]) -> None:
-        check(writes)
+        check("finish", writes)
 
-    run = savepoint_runner(db, finish=finish,
-                           raw=RawHooks(lambda conn, dialect, writes: {}, finish_raw),
+    run = savepoint_runner(db, finish=finish, guard=guard,
+                           raw=RawHooks(guard_raw, finish_raw),
                            pg=PgHooks(guard_pg, finish_pg))
     # A long gather timer: lockstep batches must not wait for it (beyond the first).
     return GroupCommitter(run, max_batch=64, max_wait_s=0.05, name="scheduling_test")
@@ -211,12 +224,13 @@ async def test_lockstep_clients_are_answered_after_their_commit(db: Database,
     assert committer.stats.largest_batch == CLIENTS
 
 
-async def test_a_failed_batch_answers_each_of_its_waiters_503(db: Database,
-                                                              tenant: str) -> None:
+@pytest.mark.parametrize("fail_in", ["guard", "finish"])
+async def test_a_failed_batch_answers_each_of_its_waiters_503(db: Database, tenant: str,
+                                                              fail_in: str) -> None:
     visible = _Visible(db)
     await visible.open()
     undo = await _slow_commits(db, tenant)
-    committer = _committer(db, fail_when=f"{tenant}-3-2")
+    committer = _committer(db, fail_when=f"{tenant}-3-2", fail_in=fail_in)
     committer.start()
     try:
         answers = await _lockstep(committer, visible, tenant)
@@ -230,6 +244,90 @@ async def test_a_failed_batch_answers_each_of_its_waiters_503(db: Database,
         assert any(isinstance(a, Write) and a.result.endswith(f"-{ROUNDS - 1}")
                    for a in answers.values())  # the writer went on after the failure
     finally:
+        await committer.stop()
+        await undo()
+        await visible.close()
+
+
+async def test_a_waiter_cancelled_in_a_batch_leaves_the_others_answered(
+        db: Database, tenant: str) -> None:
+    """Clients that disconnect (their request task cancelled) while their write is in a
+    committing batch: the batch still commits, every other waiter gets its own answer
+    after the COMMIT, the writer goes on, and nothing is answered to the cancelled."""
+    visible = _Visible(db)
+    await visible.open()
+    undo = await _slow_commits(db, tenant)
+    committer = _committer(db)
+    committer.start()
+    try:
+        jtis = [f"{tenant}-c-{i}" for i in range(CLIENTS)]
+        first = asyncio.ensure_future(committer.submit(_write(tenant, "lead"), key=tenant))
+        await asyncio.sleep(0.005)  # the lead's batch is committing: the rest gather
+        waiters = [asyncio.ensure_future(committer.submit(_write(tenant, j), key=tenant))
+                   for j in jtis]
+        await asyncio.sleep(0)
+        await first
+        await asyncio.sleep(0.005)  # the second batch is running
+        for w in waiters[::3]:
+            w.cancel()
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*waiters, return_exceptions=True), 30)
+        for jti, waiter, outcome in zip(jtis, waiters, outcomes, strict=True):
+            if waiter.cancelled():
+                continue
+            assert isinstance(outcome, Write) and outcome.result == jti, outcome
+            assert await visible(jti), jti  # answered after its COMMIT
+        assert any(w.cancelled() for w in waiters)
+        later = await asyncio.wait_for(
+            committer.submit(_write(tenant, f"{tenant}-after"), key=tenant), 30)
+        assert later.result == f"{tenant}-after"
+    finally:
+        await committer.stop()
+        await undo()
+        await visible.close()
+
+
+async def test_a_connection_lost_during_the_commit_answers_503_and_reconnects(
+        db: Database, tenant: str) -> None:
+    """PostgreSQL: the batch connection's backend is terminated while its COMMIT runs
+    (held by the deferred trigger, before the commit record): every waiter of the batch
+    gets 503 ``storage_unavailable``, none of its rows is kept, and the next batch runs
+    on a new connection."""
+    if db.is_sqlite:
+        pytest.skip("a lost server connection is PostgreSQL's (SQLite: a failed COMMIT, "
+                    "test_writer_connection.py)")
+    visible = _Visible(db)
+    await visible.open()
+    undo = await _slow_commits(db, tenant)
+    committer = _committer(db)
+    committer.start()
+    admin = await asyncpg.connect(_dsn(db))
+    try:
+        jtis = [f"{tenant}-lost-{i}" for i in range(CLIENTS)]
+        waiters = [asyncio.ensure_future(committer.submit(_write(tenant, j), key=tenant))
+                   for j in jtis]
+        killed = 0
+        for _ in range(400):
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query = 'COMMIT' "
+                "AND state = 'active' AND pid <> pg_backend_pid()")  # this test's own
+            if killed:
+                break
+            await asyncio.sleep(0.002)
+        assert killed, "no COMMIT caught in flight"
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*waiters, return_exceptions=True), 30)
+        assert all(isinstance(o, Unavailable) and o.code == "storage_unavailable"
+                   for o in outcomes), outcomes
+        for jti in jtis:
+            assert not await visible(jti), jti
+        later = await asyncio.wait_for(
+            committer.submit(_write(tenant, f"{tenant}-after"), key=tenant), 30)
+        assert later.result == f"{tenant}-after"
+        assert await visible(f"{tenant}-after")
+    finally:
+        await admin.close()
         await committer.stop()
         await undo()
         await visible.close()

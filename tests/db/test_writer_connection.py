@@ -350,3 +350,26 @@ async def test_two_loops_never_share_the_kept_connection_wherever_one_is_preempt
         assert {key, key + 1} <= set(_rows(file_db)), line
         key += 2
     assert line > 5  # really stepped through the check and the claim
+
+
+async def test_a_transaction_sqlite_rolled_back_under_the_body_is_never_acknowledged(
+        file_db: Database) -> None:
+    """SQLite rolls a whole transaction back on some errors (``OR ROLLBACK`` conflicts,
+    SQLITE_FULL, I/O errors); ``sqlite3``'s ``commit()`` is then a silent no-op. A body
+    that caught such an error and went on must not get its exit taken as a COMMIT: the
+    transaction answers 503, and the kept connection serves the next batch."""
+    async with raw_transaction(file_db) as conn:
+        assert conn is not None
+        conn.execute("INSERT INTO w VALUES (1)")
+    with pytest.raises(Unavailable) as caught:
+        async with raw_transaction(file_db) as conn:
+            assert conn is not None
+            conn.execute("INSERT INTO w VALUES (5)")
+            with pytest.raises(sqlite3.IntegrityError):
+                conn.execute("INSERT OR ROLLBACK INTO w VALUES (1)")
+    assert caught.value.code == "storage_unavailable"
+    assert _rows(file_db) == [1]
+    async with raw_transaction(file_db) as conn:
+        assert conn is not None
+        conn.execute("INSERT INTO w VALUES (6)")
+    assert _rows(file_db) == [1, 6]
