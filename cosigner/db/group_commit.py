@@ -8,7 +8,10 @@ with its own result or error. So throughput is not bounded by one fsync per deci
 and no request is acknowledged before the COMMIT that holds its write (DESIGN
 invariant 2). If the batch fails as a whole, every waiter in it gets
 :class:`cosigner.core.errors.Unavailable` (HTTP 503, treated as deny) — never a hang,
-never an acknowledgement.
+never an acknowledgement. The same holds when the drain task itself ends, wherever it
+waits (cancelled at loop shutdown, or a fault of its own): its batch and every queued
+item get ``Unavailable``, and later submits are refused at once (tests/db/
+test_group_commit.py). :meth:`GroupCommitter.stop` first lets it finish what is queued.
 
 Bounded and fair: the queue holds at most ``max_queue`` items, and one fairness ``key``
 (the tenant) at most ``max_queue_per_key`` of them; past either bound ``submit`` raises

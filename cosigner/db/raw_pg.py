@@ -43,7 +43,8 @@ serialization failure → :class:`TransientConflict` (run again), any other data
 SQLAlchemy would have raised (``OperationalError`` for a lost connection: an outage, 503
 at once; ``DataError`` …: one item's value, redo item by item).
 A failed COMMIT is an outage (503; the batch may be on disk, like any COMMIT whose answer
-was lost).
+was lost); so is a COMMIT that PostgreSQL answers ``ROLLBACK`` (the transaction was
+aborted by an error the body caught), never taken for a commit.
 """
 
 from __future__ import annotations
