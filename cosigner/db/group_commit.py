@@ -124,6 +124,14 @@ class GroupCommitter(Generic[I]):
         """Items queued and not yet in a batch."""
         return self._size
 
+    @property
+    def running(self) -> bool:
+        """The drain task runs and takes submits: False before :meth:`start`, after
+        :meth:`stop`, and once the task ended on a fault (every submit is then refused
+        with 503 until the process restarts: ``/healthz`` and ``/readyz`` say so)."""
+        task = self._task
+        return not self._closed and task is not None and not task.done()
+
     def start(self) -> None:
         """Start the drain task on the running loop."""
         if self._task is None:

@@ -73,3 +73,27 @@ async def test_k04_k15_faulty_rules_deny(harness_factory: Any, tmp_path: Path, t
     assert body["permit"] is None and body["approval"] is None
     if code == "policy_error":
         assert any(r.levelname == "ERROR" and "b@1" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_stopped_log_writer_fails_liveness_and_readiness(harness: Any,
+                                                               tenant: str) -> None:
+    """A decision log writer whose drain task ended (a fault in the task, here a cancel)
+    refuses every write with 503: /healthz and /readyz say so, so an orchestrator
+    restarts the process instead of leaving it up refusing."""
+    assert (await harness.client.get("/healthz")).json() == {
+        "status": "ok", "checks": {"log_writer": True}}
+    writer = harness.context.log_writer
+    writer._task.cancel()  # noqa: SLF001 - the task ends as on a fault
+    with pytest.raises(BaseException):  # noqa: B017 - cancelled or the fault, either way
+        await writer._task  # noqa: SLF001
+    live = await harness.client.get("/healthz")
+    assert live.status_code == 503
+    assert live.json() == {"status": "failed", "checks": {"log_writer": False}}
+    ready = await harness.client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["checks"]["log_writer"] is False
+    resp = await harness.client.post("/v1/decisions",
+                                     headers=await harness.headers(tenant, "runtime"),
+                                     json=decision_request())
+    assert resp.status_code == 503
+    assert resp.json()["code"] == "storage_unavailable"

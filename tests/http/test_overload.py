@@ -172,7 +172,7 @@ async def test_full_log_writer_queue_sheds_503_at_once_flooding_tenant_first_and
     ready = await harness.client.get("/readyz")
     assert ready.status_code == 503 and int(ready.headers["retry-after"]) >= 1
     assert ready.json()["checks"] == {"database": True, "policies": True,
-                                      "not_overloaded": False}
+                                      "log_writer": True, "not_overloaded": False}
     answered = await asyncio.gather(first, queued_a, queued_b)
     assert [r.status_code for r in answered] == [200, 200, 200]
     async with harness.db.read() as conn:
