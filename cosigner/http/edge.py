@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI
@@ -89,15 +89,14 @@ class Edge:
             tokens = (logs.request_id.set(rid), logs.tenant.set(None),
                       logs.decision_id.set(None))
             try:
-                work: Awaitable[bytes]
                 header = None if several else auth or b""
                 if poll is None:
                     scope["route"] = lean.route_for(path)
-                    work = lean.post(ctx, path, header, admitted, receive, declared)
+                    answer = await lean.post(ctx, path, header, admitted, receive, declared)
                 else:
                     scope["route"] = lean.route_for(lean.APPROVAL_TEMPLATE)
-                    work = lean.read_approval(ctx, header, admitted, *poll)
-                answer = await lean.respond(work)
+                    answer = await lean.respond(
+                        lean.read_approval(ctx, header, admitted, *poll))
                 if answer is not None:
                     status, headers, body = answer
                     headers.append((b"x-request-id", rid.encode()))
