@@ -9,13 +9,14 @@ The edge does, in one function, what the stack does for these requests —
 ``ServerErrorMiddleware`` → ``TrustedProxies`` → ``RateLimit`` → ``RequestTelemetry`` →
 ``HotRoutes`` — without wrapping ``send`` at each layer: one scan of the headers, the
 door's authentication from the key cache and its counts (a 429 there carries no request
-id, as before), the request id (echoed last in the headers) and the log context, the
-lean route (a request with more than one ``Authorization`` header is neither counted at
-the door nor authenticated: the route refuses it, 401 ``unauthenticated``), one ``send``
-for the start and one for the body, the access line, and the
-catch-all of anything raised outside the route (logged, a 500 ``internal_error`` when
-nothing was sent yet, raised on to the server). The answers, headers and log lines are
-the stack's (tests/http/test_edge.py sends the same requests through both).
+id, as before, and gets its access line like any answer: :func:`log_refusal`), the
+request id (echoed last in the headers) and the log context, the lean route (a request
+with more than one ``Authorization`` header is neither counted at the door nor
+authenticated: the route refuses it, 401 ``unauthenticated``), one ``send`` for the
+start and one for the body, the access line, and the catch-all of anything raised
+outside the route (logged, a 500 ``internal_error`` when nothing was sent yet, raised
+on to the server). The answers, headers and log lines are the stack's
+(tests/http/test_edge.py sends the same requests through both).
 
 Left to the stack: requests while tracing is on (the server span is
 ``RequestTelemetry``'s), under a ``root_path``, and before the lifespan built the context.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI
@@ -36,7 +37,7 @@ from cosigner.core.errors import RateLimited
 from cosigner.http import lean, problems
 from cosigner.http.proxies import ProxyRules
 from cosigner.http.ratelimit import door_count, refuse
-from cosigner.http.telemetry import log_access, request_id
+from cosigner.http.telemetry import log_access, log_refusal, request_id
 
 log = logging.getLogger("cosigner.api")
 
@@ -69,31 +70,33 @@ class Edge:
             elif name == b"x-request-id" and given is None:
                 given = value
         status: int | None = None  # of the response start, once sent
+        started = time.perf_counter()
         try:
             path = scope["path"]
             admitted, refused = door_count(ctx, None if several else auth,
                                            decision=poll is None and path == "/v1/decisions")
-            if refused is not None:  # as door(): recorded, then the 429
+            if refused is not None:  # as RateLimit: recorded, then the 429
+                assert admitted is not None
                 try:
                     await ctx.quotas.refuse(admitted, refused)
                 except RateLimited as exc:
                     status = 429
                     await refuse(send, exc)
+                    if self.access:
+                        log_refusal(scope, 429, started, given, admitted.tenant)
                     return
             rid = request_id(given)
             tokens = (logs.request_id.set(rid), logs.tenant.set(None),
                       logs.decision_id.set(None))
-            started = time.perf_counter()
             try:
-                work: Awaitable[bytes]
                 header = None if several else auth or b""
                 if poll is None:
                     scope["route"] = lean.route_for(path)
-                    work = lean.post(ctx, path, header, admitted, receive, declared)
+                    answer = await lean.post(ctx, path, header, admitted, receive, declared)
                 else:
                     scope["route"] = lean.route_for(lean.APPROVAL_TEMPLATE)
-                    work = lean.read_approval(ctx, header, admitted, *poll)
-                answer = await lean.respond(work)
+                    answer = await lean.respond(
+                        lean.read_approval(ctx, header, admitted, *poll))
                 if answer is not None:
                     status, headers, body = answer
                     headers.append((b"x-request-id", rid.encode()))

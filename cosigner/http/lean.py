@@ -14,13 +14,13 @@ documents them; they serve these paths only when this middleware steps aside, un
   (:mod:`cosigner.http.edge`), which does what ``TrustedProxies`` → ``RateLimit`` →
   ``RequestTelemetry`` do for these requests in one function; while tracing is on, by
   :class:`HotRoutes` inside that middleware stack (the server span is
-  ``RequestTelemetry``'s). Either way the route's work is :func:`post` /
-  :func:`read_approval` answered through :func:`respond`, and ``scope["route"]`` is set
+  ``RequestTelemetry``'s). Either way the answer is :func:`post`'s (or
+  :func:`read_approval`'s through :func:`respond`), and ``scope["route"]`` is set
   to the FastAPI route so the span is named ``POST /v1/decisions`` as before.
-* Authentication, quotas and the decision quota are
-  :func:`cosigner.http.deps.authenticate_header` (the FastAPI dependency's own code); the
-  body limit, strict JSON, the wire model and the use case are
-  :func:`cosigner.http.routes.decisions.decide_body` and
+* Authentication, quotas and the decision quota are the door's (a caller it admitted
+  is not parsed again) or :func:`cosigner.http.deps.authenticate_header` (the FastAPI
+  dependency's own code); the body limit, strict JSON, the wire model and the use case
+  are :func:`cosigner.http.routes.decisions.decide_body` and
   :func:`cosigner.http.routes.permits.redeem_body`, which the FastAPI routes run too.
 * Errors are the same RFC 9457 documents (:func:`cosigner.http.problems.to_response`);
   anything unexpected is logged and answered as the same 500 ``internal_error``.
@@ -48,10 +48,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cosigner.approvals import queries as approval_queries
 from cosigner.context import AppContext
+from cosigner.core import logs
 from cosigner.core.errors import CosignerError
 from cosigner.http import problems
 from cosigner.http.body import receive_body
-from cosigner.http.deps import admitted_caller, authenticate_header
+from cosigner.http.deps import authenticate_header
 from cosigner.http.ratelimit import CALLER_STATE, only_authorization
 from cosigner.http.routes import approvals as approvals_routes
 from cosigner.http.routes import decisions as decisions_routes
@@ -69,6 +70,8 @@ HOT_ROUTES: dict[str, tuple[Handler, bool]] = {
     "/v1/permits/redeem": (permits_routes.redeem_body, False),
 }
 _JSON = (b"content-type", b"application/json")
+#: A hot route's answer: ``(status, headers, body)``.
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 #: ``GET /v1/approvals/{approval_id}``: the id as its path parameter accepts it.
 _APPROVAL = re.compile(r"/v1/approvals/([A-Za-z0-9_-]{1,64})")
 APPROVAL_TEMPLATE = "/v1/approvals/{approval_id}"
@@ -121,15 +124,14 @@ class HotRoutes:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):
+            work: Awaitable[Answer | None] | None = None
             if scope["method"] == "POST" and scope["path"] in HOT_ROUTES:
                 work = self._post(scope, receive)
             elif scope["method"] == "GET" and (poll := long_poll_args(scope)) is not None:
-                work = self._read(scope, *poll)
-            else:
-                work = None
+                work = respond(self._read(scope, *poll))
             if work is not None:
                 self.served += 1
-                answer = await respond(work)
+                answer = await work
                 if answer is not None:
                     await send({"type": "http.response.start", "status": answer[0],
                                 "headers": answer[1]})
@@ -144,7 +146,7 @@ class HotRoutes:
         admitted = scope["state"].get(CALLER_STATE) if "state" in scope else None
         return read_approval(ctx, authorization, admitted, approval_id, wait_s)
 
-    def _post(self, scope: Scope, receive: Receive) -> Awaitable[bytes]:
+    def _post(self, scope: Scope, receive: Receive) -> Awaitable[Answer | None]:
         path = scope["path"]
         route = route_for(path)
         if route is not None:
@@ -160,19 +162,29 @@ class HotRoutes:
 
 
 async def post(ctx: AppContext, path: str, authorization: bytes | None,
-               admitted: Caller | None, receive: Receive, declared: bytes | None) -> bytes:
-    """The JSON answer of ``POST path`` (a key of :data:`HOT_ROUTES`): ``authorization``
-    is the request's ``Authorization`` header value (``b""``: none; ``None``: several,
-    refused 401 before the body is read), ``admitted`` the caller the
-    rate-limit door admitted, ``declared`` its ``Content-Length``. Raises what the route
-    raises (:func:`respond` turns it into the answer)."""
-    handler, decision = HOT_ROUTES[path]
-    header = None if authorization is None else authorization.decode("latin-1")
-    caller = admitted_caller(header, admitted) or await authenticate_header(
-        ctx, header, None, decision=decision)
-    limit = ctx.settings.max_body_bytes
-    return orjson.dumps(await handler(ctx, caller,
-                                      lambda: receive_body(receive, declared, limit)))
+               admitted: Caller | None, receive: Receive, declared: bytes | None
+               ) -> Answer | None:
+    """The answer of ``POST path`` (a key of :data:`HOT_ROUTES`), as :func:`respond`
+    gives it, in one coroutine (no second one wrapping it): ``authorization`` is the
+    request's ``Authorization`` header value (``b""``: none; ``None``: several, refused
+    401 before the body is read), ``admitted`` the caller the rate-limit door admitted
+    (and counted) for that very header, ``declared`` its ``Content-Length``."""
+    try:
+        handler, decision = HOT_ROUTES[path]
+        if admitted is not None:
+            # The door admitted it for this one header, a bearer key it found
+            # (ratelimit.door_count): admitted_caller's checks hold, its tenant is set.
+            logs.tenant.set(admitted.tenant)
+            caller = admitted
+        else:
+            header = None if authorization is None else authorization.decode("latin-1")
+            caller = await authenticate_header(ctx, header, None, decision=decision)
+        limit = ctx.settings.max_body_bytes
+        content = orjson.dumps(await handler(
+            ctx, caller, lambda: receive_body(receive, declared, limit)))
+    except Exception as exc:  # noqa: BLE001 - answered as respond() answers it
+        return _failed(exc)
+    return 200, [(b"content-length", str(len(content)).encode()), _JSON], content
 
 
 async def read_approval(ctx: AppContext, authorization: bytes | None,
@@ -194,8 +206,6 @@ async def read_approval(ctx: AppContext, authorization: bytes | None,
         exclude_none=route.response_model_exclude_none, dump_json=True))
 
 
-Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
-
 
 async def respond(work: Awaitable[bytes]) -> Answer | None:
     """``(status, headers, body)`` of ``await work``: 200 JSON (``content-length`` then
@@ -205,14 +215,19 @@ async def respond(work: Awaitable[bytes]) -> Answer | None:
     answer). The headers list is new: the caller may append to it."""
     try:
         content = await work
-    except CosignerError as exc:
+    except Exception as exc:  # noqa: BLE001 - _failed sorts it
+        return _failed(exc)
+    return 200, [(b"content-length", str(len(content)).encode()), _JSON], content
+
+
+def _failed(exc: Exception) -> Answer | None:
+    """The answer of a hot route that raised ``exc`` (see :func:`respond`)."""
+    if isinstance(exc, CosignerError):
         response = problems.to_response(exc)
-    except ClientDisconnect:
+    elif isinstance(exc, ClientDisconnect):
         return None
-    except Exception as exc:  # as the FastAPI app's catch-all handler
+    else:  # as the FastAPI app's catch-all handler
         log.exception("unhandled error", exc_info=exc)
         response = problems.problem(500, "internal_error", "Internal error",
                                     "internal error; see server log")
-    else:
-        return 200, [(b"content-length", str(len(content)).encode()), _JSON], content
     return response.status_code, response.raw_headers, bytes(response.body)

@@ -9,11 +9,13 @@ validation or dependencies run (:mod:`cosigner.identity.quotas`). Past a limit i
 answers the 429 problem itself (``rate_limited``, ``Retry-After``). An admitted caller
 is left in the request state, so :func:`cosigner.http.deps.authenticate` does not count
 it twice; a key the cache does not hold goes to the route, which authenticates it (401
-there) and counts it.
+there) and counts it. A 429 here is logged like any answer (the access line, when on:
+:func:`cosigner.http.telemetry.log_refusal`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from cosigner.context import AppContext
 from cosigner.core.errors import RateLimited
 from cosigner.http.problems import PROBLEM_TYPE
+from cosigner.http.telemetry import first_header, log_refusal
 from cosigner.identity.principals import Caller
 from cosigner.identity.quotas import Refused
 
@@ -41,42 +44,36 @@ class RateLimit:
             await self.app(scope, receive, send)
             return
         ctx = getattr(scope["app"].state, "context", None) if "app" in scope else None
-        try:
-            caller = await door(ctx, only_authorization(scope.get("headers", ())),
-                                decision=scope["method"] == "POST"
-                                and scope["path"] == "/v1/decisions")
-        except RateLimited as exc:
-            await refuse(send, exc)
-            return
+        started = time.perf_counter()
+        caller, refused = door_count(ctx, only_authorization(scope.get("headers", ())),
+                                     decision=scope["method"] == "POST"
+                                     and scope["path"] == "/v1/decisions")
+        if refused is not None:  # recorded, then the 429
+            assert ctx is not None and caller is not None
+            try:
+                await ctx.quotas.refuse(caller, refused)
+            except RateLimited as exc:
+                await refuse(send, exc)
+                if ctx.settings.access_log:  # logged like any answer
+                    log_refusal(scope, 429, started, first_header(scope, b"x-request-id"),
+                                caller.tenant)
+                return
         if caller is not None:
             scope.setdefault("state", {})[CALLER_STATE] = caller
         await self.app(scope, receive, send)
 
 
-async def door(ctx: AppContext | None, authorization: bytes | None, *,
-               decision: bool) -> Caller | None:
-    """The caller admitted at the door for a ``/v1/*`` request whose ``Authorization``
-    header is ``authorization`` (as :func:`only_authorization` gives it: ``b""`` without
-    one, ``None`` with several): its bearer key found in the key cache and counted
-    (:meth:`Quotas.admit`; with ``decision``, against the decision quota too). ``None``
-    (nothing counted) without a context, a bearer key or a cached key, or with several
-    headers: the route authenticates and counts, or refuses (401).
-
-    Raises:
-        RateLimited: a limit is used up (answer it with :func:`refuse`).
-    """
-    caller, refused = door_count(ctx, authorization, decision=decision)
-    if refused is not None:
-        assert ctx is not None and caller is not None
-        await ctx.quotas.refuse(caller, refused)
-    return caller
-
-
 def door_count(ctx: AppContext | None, authorization: bytes | None, *,
                decision: bool) -> tuple[Caller | None, Refused | None]:
-    """:func:`door` without its refusal: ``(caller, None)`` when admitted (or nothing was
-    counted: no caller), ``(caller, refused)`` past a limit — the caller of the door then
-    awaits ``ctx.quotas.refuse(caller, refused)``, which raises :class:`RateLimited`."""
+    """The caller admitted at the door for a ``/v1/*`` request whose ``Authorization``
+    header is ``authorization`` (as :func:`only_authorization` gives it: ``b""`` without
+    one, ``None`` with several), and its refusal: its bearer key found in the key cache
+    and counted (:meth:`Quotas.count`; with ``decision``, against the decision quota too).
+    ``(caller, None)`` when admitted, ``(None, None)`` (nothing counted) without a
+    context, a bearer key or a cached key, or with several headers (the route
+    authenticates and counts, or refuses: 401); ``(caller, refused)`` past a limit — the
+    door then awaits ``ctx.quotas.refuse(caller, refused)``, which records the refusal
+    and raises :class:`RateLimited` (answered by :func:`refuse`)."""
     if authorization is None or ctx is None:
         return None, None
     scheme, _, key = authorization.decode("latin-1").partition(" ")

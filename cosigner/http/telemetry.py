@@ -34,7 +34,7 @@ class RequestTelemetry:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = request_id(_header(scope, b"x-request-id"))
+        rid = request_id(first_header(scope, b"x-request-id"))
         tokens = (logs.request_id.set(rid), logs.tenant.set(None), logs.decision_id.set(None))
         status = 500
         rid_header = (b"x-request-id", rid.encode())
@@ -125,7 +125,26 @@ def log_access(scope: Scope, status: int, started: float) -> None:
                     (time.perf_counter() - started) * 1000)
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
+def log_refusal(scope: Scope, status: int, started: float, given: bytes | None,
+                tenant: str | None) -> None:
+    """The access line of a request refused ahead of :class:`RequestTelemetry` (the
+    rate-limit door's 429, :mod:`cosigner.http.ratelimit` and :mod:`cosigner.http.edge`),
+    written as an answered request's is: in the request's log context, its request id
+    (:func:`request_id` of ``given``, the caller's first ``X-Request-ID``) and ``tenant``
+    (the refused caller's), so every refusal is logged like an allow. The refusal's
+    response stays as it was (no ``X-Request-ID`` header)."""
+    tokens = (logs.request_id.set(request_id(given)), logs.tenant.set(tenant),
+              logs.decision_id.set(None))
+    try:
+        log_access(scope, status, started)
+    finally:
+        logs.request_id.reset(tokens[0])
+        logs.tenant.reset(tokens[1])
+        logs.decision_id.reset(tokens[2])
+
+
+def first_header(scope: Scope, name: bytes) -> bytes | None:
+    """The value of the request's first header ``name`` (lower case), or ``None``."""
     for key, value in scope["headers"]:
         if key == name:
             return bytes(value)

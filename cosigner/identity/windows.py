@@ -59,14 +59,17 @@ class Windows:
             state = counts.get(name)
             if state is None or state[0] != window:
                 state = self._state(name, expiry, now)
-            previous = state[2]
-            if previous:
-                ttl = (1 - (((now - expiry) / expiry) % 1)) * expiry
-                if math.floor(previous * ttl / expiry + state[1]) + 1 > limit:
+            count, previous = state[1], state[2]
+            # Far from the limit the weighted sum need not be computed: previous * ttl /
+            # expiry is at most previous (ttl <= expiry), so count + previous < limit
+            # admits (tests/identity/test_windows.py holds it to the full test).
+            if count + previous >= limit:
+                if not previous:  # the full test without a previous window
                     return index
-            elif state[1] >= limit:  # the same test without a previous window
-                return index
-            state[1] += 1
+                ttl = (1 - (((now - expiry) / expiry) % 1)) * expiry
+                if math.floor(previous * ttl / expiry + count) + 1 > limit:
+                    return index
+            state[1] = count + 1
             index += 1
         return -1
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cosigner.core import fastjson
 from cosigner.core.errors import PolicyError
 from cosigner.core.review_statements import SIGNATURE_KINDS
 from cosigner.core.roles import is_approver_role
@@ -343,6 +344,7 @@ _results: dict[tuple[Any, ...], PolicyResult] = {}
 _MAX_RESULTS = 1024
 _PLAIN_KEYS = frozenset({"effect", "reasons", "permit_ttl_s"})
 _PLAIN_EFFECTS = frozenset({"allow", "deny"})
+_GATED_KEYS = frozenset({"effect", "reasons", "permit_ttl_s", "approval"})
 
 
 def _plain_key(effect: str, reasons: Any, ttl: Any) -> tuple[Any, ...] | None:
@@ -372,26 +374,45 @@ def _plain_key(effect: str, reasons: Any, ttl: Any) -> tuple[Any, ...] | None:
 
 def validate_result(raw: Any) -> PolicyResult:
     """Turn a rule's raw return value into a :class:`PolicyResult` (a shared value for a
-    plain ``allow``/``deny`` seen before: it is immutable).
+    plain ``allow``/``deny``, or a ``require_approval`` with a plain JSON ``approval``,
+    seen before: it is immutable).
 
     Raises:
         PolicyError: for anything but the documented shape: non-object, unknown key,
             unknown effect, malformed approval/mask/reasons, ``approval`` missing on
             ``require_approval``.
     """
-    if type(raw) is dict and raw.keys() <= _PLAIN_KEYS:
+    if type(raw) is dict:
         effect = raw.get("effect")
-        if type(effect) is str and effect in _PLAIN_EFFECTS:
+        key = None
+        if raw.keys() <= _PLAIN_KEYS and type(effect) is str and effect in _PLAIN_EFFECTS:
             key = _plain_key(effect, raw.get("reasons"), raw.get("permit_ttl_s"))
-            if key is not None:
-                result = _results.get(key)
-                if result is None:
-                    result = _validate(raw)  # raises before anything is kept
-                    if len(_results) >= _MAX_RESULTS:
-                        _results.clear()
-                    _results[key] = result
-                return result
+        elif type(effect) is str and effect == "require_approval" and raw.keys() <= _GATED_KEYS:
+            key = _gated_key(raw)
+        if key is not None:
+            result = _results.get(key)
+            if result is None:
+                result = _validate(raw)  # raises before anything is kept
+                if len(_results) >= _MAX_RESULTS:
+                    _results.clear()
+                _results[key] = result
+            return result
     return _validate(raw)
+
+
+def _gated_key(raw: dict[str, Any]) -> tuple[Any, ...] | None:
+    """:func:`_plain_key` of a ``require_approval`` result (no ``mask``) followed by the
+    RFC 8785 bytes of its ``approval`` object, when :func:`cosigner.core.fastjson.canonical`
+    proves them: every value in it then is exactly a ``dict``, ``list``, ``str``, ``int``,
+    ``bool`` or ``None`` (no float, so no ``NaN`` printed as ``null``; no subclass), and
+    those bytes name that value up to key order, which :func:`parse_requirement` does not
+    read. Else ``None`` (validated each time)."""
+    key = _plain_key("require_approval", raw.get("reasons"), raw.get("permit_ttl_s"))
+    approval = raw.get("approval")
+    if key is None or type(approval) is not dict:
+        return None
+    text = fastjson.canonical(approval)
+    return None if text is None else (*key, text)
 
 
 def _validate(raw: Any) -> PolicyResult:

@@ -1,9 +1,11 @@
 """validate_result's quicker checks (session 8, issue 20) and its shared results for
-plain allow/deny (session 10) accept, refuse and build exactly what the plain checks
-did: a property test against the former code (kept below as the reference), on policy
-results built from the contract's own vocabulary plus the near misses a rule could
-return (tuples for lists, str subclasses, bools for ints, unknown keys, an empty tuple
-for ``mask``) and lookalikes a shared result must not answer for."""
+plain allow/deny (session 10) and require_approval (session 11) accept, refuse and build
+exactly what the plain checks did: a property test against the former code (kept below
+as the reference), on policy results built from the contract's own vocabulary plus the
+near misses a rule could return (tuples for lists, str subclasses, bools for ints,
+unknown keys, an empty tuple for ``mask``, members that print or compare alike: ``NaN``
+and ``null``, ``1``, ``1.0`` and ``true``) and lookalikes a shared result must not
+answer for."""
 
 from __future__ import annotations
 
@@ -89,10 +91,18 @@ _reason = (_strings | st.fixed_dictionaries({"code": _scalars}, optional={
 _group = st.fixed_dictionaries({"role": st.sampled_from(["finance", "security", "runtime"]),
                                 "count": st.sampled_from([1, 2, 0, True, 1.0])},
                                optional={"signature": st.sampled_from(["webauthn", "x"])})
+#: Values a member may hold that print alike or compare equal (``NaN`` prints ``null`` in
+#: orjson, ``1 == 1.0 == True``) but validate otherwise.
+_alike = st.sampled_from([None, float("nan"), 1, 1.0, True, "webauthn", Text("webauthn"),
+                          "mfa", {"max_ttl_s": 60, "max_uses": 1},
+                          {"max_ttl_s": 60.0, "max_uses": 1}])
 _approval = st.fixed_dictionaries(
     {"require": _lists(_group)},
-    optional={"timeout_ms": st.sampled_from([1_800_000, 0, True]),
+    optional={"timeout_ms": st.sampled_from([1_800_000, 0, True, 1_800_000.0]),
               "distinct_from": st.sampled_from(["initiator", "previous", "nobody"]),
+              "break_glass": _alike, "signature": _alike, "standing": _alike,
+              "assurance": _alike, "on_expired": _alike | st.fixed_dictionaries(
+                  {"require": _lists(_group)}),
               "other": _scalars}) | _scalars
 _results = st.fixed_dictionaries({}, optional={
     "effect": st.sampled_from(["allow", "deny", "require_approval", "maybe"])
@@ -152,6 +162,23 @@ _LOOKALIKES = [  # equal keys (1 == True == 1.0, Text("a") == "a") but other res
     {"effect": "allow", "approval": None}, {"effect": "allow", "permit_ttl_s": 0}]
 
 
+_GATE = {"require": [{"role": "finance", "count": 1}]}
+_LOOKALIKES += [  # require_approval: alike in print or equality, other results
+    {"effect": "require_approval", "approval": {**_GATE, "signature": member}}
+    for member in (None, float("nan"), "webauthn", Text("webauthn"))] + [
+    {"effect": "require_approval", "approval": {**_GATE, "standing": member}}
+    for member in (None, float("nan"), {"max_ttl_s": 60, "max_uses": 1},
+                   {"max_ttl_s": 60.0, "max_uses": 1}, {"max_ttl_s": True, "max_uses": 1})] + [
+    {"effect": "require_approval", "approval": {**_GATE, "timeout_ms": member}}
+    for member in (1, 1.0, True)] + [
+    {"effect": "require_approval", "approval": {"require": [{"role": "finance", "count": c}]}}
+    for c in (1, 1.0, True)] + [
+    {"effect": "require_approval", "approval": {"require": [{"role": Text("finance")}]}},
+    {"effect": "require_approval", "approval": _GATE, "mask": []},
+    {"effect": "require_approval", "approval": {**_GATE, "on_expired": None}},
+    {"effect": "require_approval", "approval": {**_GATE, "on_expired": float("nan")}}]
+
+
 @pytest.mark.parametrize("first", range(len(_LOOKALIKES)))
 def test_shared_results_tell_lookalikes_apart(first: int) -> None:
     result_module._results.clear()
@@ -172,6 +199,18 @@ def test_shared_results_are_bounded_and_skip_subclasses() -> None:
     for i in range(result_module._MAX_RESULTS + 5):
         validate_result({"effect": "deny", "reasons": [f"r{i}"]})
     assert len(result_module._results) <= result_module._MAX_RESULTS
+
+
+def test_a_require_approval_is_shared_when_its_approval_is_plain_json() -> None:
+    raw = {"effect": "require_approval", "reasons": ["big"],
+           "approval": {"timeout_ms": 60_000, "require": [{"role": "finance", "count": 1}]}}
+    first = validate_result(raw)
+    assert first is validate_result({**raw, "approval": dict(raw["approval"])})
+    assert first.approval == parse_requirement(raw["approval"])
+    floated = {**raw, "approval": {**raw["approval"], "timeout_ms": 60_000.0}}
+    with pytest.raises(PolicyError):  # never answered by the shared result
+        validate_result(floated)
+    assert validate_result({**raw, "mask": ["/args/a"]}) is not first
 
 
 @pytest.mark.parametrize("raw", [
