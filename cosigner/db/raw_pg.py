@@ -43,8 +43,12 @@ serialization failure → :class:`TransientConflict` (run again), any other data
 SQLAlchemy would have raised (``OperationalError`` for a lost connection: an outage, 503
 at once; ``DataError`` …: one item's value, redo item by item).
 A failed COMMIT is an outage (503; the batch may be on disk, like any COMMIT whose answer
-was lost); so is a COMMIT that PostgreSQL answers ``ROLLBACK`` (the transaction was
-aborted by an error the body caught), never taken for a commit.
+was lost). A COMMIT that PostgreSQL answers ``ROLLBACK`` (the transaction was aborted by
+an error the body caught) is never taken for a commit: it raises :class:`Unavailable`
+whose cause is a ``ProgrammingError`` (``InFailedSQLTransaction``), so the batch runner
+redoes the batch item by item on the SQLAlchemy path, each item answered after its own
+COMMIT (tests/db/test_commit_scheduling.py; on SQLite the same case is an
+``OperationalError``: 503 at once).
 """
 
 from __future__ import annotations

@@ -331,3 +331,60 @@ async def test_a_connection_lost_during_the_commit_answers_503_and_reconnects(
         await committer.stop()
         await undo()
         await visible.close()
+
+
+async def test_a_bulk_attempt_rolled_back_under_its_body_is_never_acknowledged(
+        db: Database, tenant: str) -> None:
+    """The raw bulk attempt's ``finish`` catches a database error that ended the whole
+    transaction (SQLite: an ``INSERT OR ROLLBACK`` conflict; PostgreSQL: a failed
+    statement aborts it, and its COMMIT is answered ``ROLLBACK``): nothing of that
+    attempt is acknowledged. SQLite answers its waiters 503 (an outage: its cause is an
+    ``OperationalError``); PostgreSQL redoes the batch item by item on the SQLAlchemy
+    path (its cause, ``InFailedSQLTransaction``, is not an outage), and each waiter is
+    answered after its own COMMIT (``_lockstep`` reads every acknowledged row at once)."""
+    culprit = f"{tenant}-3-2"
+
+    def finish_raw(conn: sqlite3.Connection, dialect: Dialect, writes: list[Write]) -> None:
+        if any(w.result == culprit for w in writes):
+            row = conn.execute("SELECT jti, tenant, decision_id, run_id, tool, args_hash, "
+                               "status, issued_at, expires_at FROM permits LIMIT 1").fetchone()
+            try:  # a conflict whose resolution is ROLLBACK, caught
+                conn.execute("INSERT OR ROLLBACK INTO permits (jti, tenant, decision_id, "
+                             "run_id, tool, args_hash, status, issued_at, expires_at) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+            except sqlite3.IntegrityError:
+                pass
+
+    async def finish_pg(conn: Any, dialect: Dialect, writes: list[Write]) -> None:
+        if any(w.result == culprit for w in writes):
+            try:
+                await conn.execute("SELECT 1 / 0")
+            except asyncpg.DivisionByZeroError:
+                pass
+
+    async def finish(conn: AsyncConnection, writes: list[Write]) -> None:
+        return None
+
+    async def guard_pg(conn: Any, dialect: Dialect, writes: list[Write]) -> dict[int, Any]:
+        return {}
+
+    run = savepoint_runner(db, finish=finish,
+                           raw=RawHooks(lambda conn, dialect, writes: {}, finish_raw),
+                           pg=PgHooks(guard_pg, finish_pg))
+    committer: GroupCommitter[Item] = GroupCommitter(run, max_batch=64, max_wait_s=0.05)
+    visible = _Visible(db)
+    await visible.open()
+    committer.start()
+    try:
+        answers = await _lockstep(committer, visible, tenant)  # none acknowledged early
+        failed = {jti for jti, a in answers.items() if isinstance(a, Unavailable)}
+        if db.is_sqlite:
+            assert culprit in failed
+        else:
+            assert failed == set()
+        for jti, answer in answers.items():
+            assert await visible(jti) == (jti not in failed), jti
+            assert jti in failed or (isinstance(answer, Write) and answer.result == jti)
+    finally:
+        await committer.stop()
+        await visible.close()
