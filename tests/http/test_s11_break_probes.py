@@ -116,13 +116,20 @@ async def test_a_writer_cancelled_mid_commit_answers_503_and_a_retry_acts_once(
         assert answered.status_code == 503, answered.text
         assert answered.json()["code"] == "storage_unavailable"
         assert (await first.client.get("/healthz")).status_code == 503
-        await asyncio.sleep(HELD_S * 2 if db_kind == "sqlite" else 0.1)  # the COMMIT settles
     finally:
+        # past the held COMMIT first: setting the trace callback while the worker thread
+        # sleeps inside it would wait for SQLite's mutex holding the GIL (a deadlock)
+        await asyncio.sleep(HELD_S * 2 if db_kind == "sqlite" else 0)
         await undo()
-    async with first.db.read() as conn:
-        kept = (await conn.execute(select(func.count()).select_from(decisions).where(
-            decisions.c.tenant == tenant, decisions.c.request_id == body["request_id"])
-        )).scalar_one()
+    kept = 0
+    for _ in range(100):  # the COMMIT settles (SQLite: its worker thread finishes it)
+        await asyncio.sleep(0.1)
+        async with first.db.read() as conn:
+            kept = (await conn.execute(select(func.count()).select_from(decisions).where(
+                decisions.c.tenant == tenant, decisions.c.request_id == body["request_id"])
+            )).scalar_one()
+        if kept or db_kind != "sqlite":
+            break
     # SQLite's worker thread finishes the COMMIT; PostgreSQL's is cancelled with it
     assert kept == (1 if db_kind == "sqlite" else 0), kept
     # the retry, on a replica (or the restarted process)
