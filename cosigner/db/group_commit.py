@@ -239,7 +239,7 @@ class GroupCommitter(Generic[I]):
                                   code="storage_unavailable")
             self._fail(batch, stopped)
             self._fail_queued(stopped)
-            if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+            if not isinstance(exc, Exception):  # cancelled, GeneratorExit, interrupts
                 raise
             log.error("group commit writer failed: %s: %s", type(exc).__name__, exc)
 
