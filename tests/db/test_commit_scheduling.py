@@ -19,6 +19,7 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -205,19 +206,29 @@ async def _lockstep(committer: GroupCommitter[Item], visible: _Visible, tenant: 
     return answers
 
 
-async def test_lockstep_clients_are_answered_after_their_commit(db: Database,
-                                                                tenant: str) -> None:
+@asynccontextmanager
+async def _slowed_committer(db: Database, tenant: str, **options: Any
+                            ) -> AsyncIterator[tuple[GroupCommitter[Item], _Visible]]:
+    """A started committer (``_committer(db, **options)``) whose COMMITs of ``tenant``'s
+    rows are slowed, and a second connection that sees what was committed; all undone on
+    exit."""
     visible = _Visible(db)
     await visible.open()
     undo = await _slow_commits(db, tenant)
-    committer = _committer(db)
+    committer = _committer(db, **options)
     committer.start()
     try:
-        answers = await _lockstep(committer, visible, tenant)
+        yield committer, visible
     finally:
         await committer.stop()
         await undo()
         await visible.close()
+
+
+async def test_lockstep_clients_are_answered_after_their_commit(db: Database,
+                                                                tenant: str) -> None:
+    async with _slowed_committer(db, tenant) as (committer, visible):
+        answers = await _lockstep(committer, visible, tenant)
     assert all(isinstance(a, Write) and a.result == jti for jti, a in answers.items())
     # Lockstep: every batch held every client (one batch per round).
     assert committer.stats.items == CLIENTS * ROUNDS
@@ -227,12 +238,8 @@ async def test_lockstep_clients_are_answered_after_their_commit(db: Database,
 @pytest.mark.parametrize("fail_in", ["guard", "finish"])
 async def test_a_failed_batch_answers_each_of_its_waiters_503(db: Database, tenant: str,
                                                               fail_in: str) -> None:
-    visible = _Visible(db)
-    await visible.open()
-    undo = await _slow_commits(db, tenant)
-    committer = _committer(db, fail_when=f"{tenant}-3-2", fail_in=fail_in)
-    committer.start()
-    try:
+    async with _slowed_committer(db, tenant, fail_when=f"{tenant}-3-2",
+                                 fail_in=fail_in) as (committer, visible):
         answers = await _lockstep(committer, visible, tenant)
         failed = {jti for jti, a in answers.items() if isinstance(a, Unavailable)}
         assert f"{tenant}-3-2" in failed
@@ -243,10 +250,6 @@ async def test_a_failed_batch_answers_each_of_its_waiters_503(db: Database, tena
             assert await visible(jti) == (jti not in failed), jti
         assert any(isinstance(a, Write) and a.result.endswith(f"-{ROUNDS - 1}")
                    for a in answers.values())  # the writer went on after the failure
-    finally:
-        await committer.stop()
-        await undo()
-        await visible.close()
 
 
 async def test_a_waiter_cancelled_in_a_batch_leaves_the_others_answered(
@@ -254,12 +257,7 @@ async def test_a_waiter_cancelled_in_a_batch_leaves_the_others_answered(
     """Clients that disconnect (their request task cancelled) while their write is in a
     committing batch: the batch still commits, every other waiter gets its own answer
     after the COMMIT, the writer goes on, and nothing is answered to the cancelled."""
-    visible = _Visible(db)
-    await visible.open()
-    undo = await _slow_commits(db, tenant)
-    committer = _committer(db)
-    committer.start()
-    try:
+    async with _slowed_committer(db, tenant) as (committer, visible):
         jtis = [f"{tenant}-c-{i}" for i in range(CLIENTS)]
         first = asyncio.ensure_future(committer.submit(_write(tenant, "lead"), key=tenant))
         await asyncio.sleep(0.005)  # the lead's batch is committing: the rest gather
@@ -281,10 +279,6 @@ async def test_a_waiter_cancelled_in_a_batch_leaves_the_others_answered(
         later = await asyncio.wait_for(
             committer.submit(_write(tenant, f"{tenant}-after"), key=tenant), 30)
         assert later.result == f"{tenant}-after"
-    finally:
-        await committer.stop()
-        await undo()
-        await visible.close()
 
 
 async def test_a_connection_lost_during_the_commit_answers_503_and_reconnects(
@@ -296,41 +290,34 @@ async def test_a_connection_lost_during_the_commit_answers_503_and_reconnects(
     if db.is_sqlite:
         pytest.skip("a lost server connection is PostgreSQL's (SQLite: a failed COMMIT, "
                     "test_writer_connection.py)")
-    visible = _Visible(db)
-    await visible.open()
-    undo = await _slow_commits(db, tenant)
-    committer = _committer(db)
-    committer.start()
-    admin = await asyncpg.connect(_dsn(db))
-    try:
-        jtis = [f"{tenant}-lost-{i}" for i in range(CLIENTS)]
-        waiters = [asyncio.ensure_future(committer.submit(_write(tenant, j), key=tenant))
-                   for j in jtis]
-        killed = 0
-        for _ in range(400):
-            killed = await admin.fetchval(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND query = 'COMMIT' "
-                "AND state = 'active' AND pid <> pg_backend_pid()")  # this test's own
-            if killed:
-                break
-            await asyncio.sleep(0.002)
-        assert killed, "no COMMIT caught in flight"
-        outcomes = await asyncio.wait_for(
-            asyncio.gather(*waiters, return_exceptions=True), 30)
-        assert all(isinstance(o, Unavailable) and o.code == "storage_unavailable"
-                   for o in outcomes), outcomes
-        for jti in jtis:
-            assert not await visible(jti), jti
-        later = await asyncio.wait_for(
-            committer.submit(_write(tenant, f"{tenant}-after"), key=tenant), 30)
-        assert later.result == f"{tenant}-after"
-        assert await visible(f"{tenant}-after")
-    finally:
-        await admin.close()
-        await committer.stop()
-        await undo()
-        await visible.close()
+    async with _slowed_committer(db, tenant) as (committer, visible):
+        admin = await asyncpg.connect(_dsn(db))
+        try:
+            jtis = [f"{tenant}-lost-{i}" for i in range(CLIENTS)]
+            waiters = [asyncio.ensure_future(committer.submit(_write(tenant, j), key=tenant))
+                       for j in jtis]
+            killed = 0
+            for _ in range(400):
+                killed = await admin.fetchval(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND query = 'COMMIT' "
+                    "AND state = 'active' AND pid <> pg_backend_pid()")  # this test's own
+                if killed:
+                    break
+                await asyncio.sleep(0.002)
+            assert killed, "no COMMIT caught in flight"
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*waiters, return_exceptions=True), 30)
+            assert all(isinstance(o, Unavailable) and o.code == "storage_unavailable"
+                       for o in outcomes), outcomes
+            for jti in jtis:
+                assert not await visible(jti), jti
+            later = await asyncio.wait_for(
+                committer.submit(_write(tenant, f"{tenant}-after"), key=tenant), 30)
+            assert later.result == f"{tenant}-after"
+            assert await visible(f"{tenant}-after")
+        finally:
+            await admin.close()
 
 
 async def test_a_bulk_attempt_rolled_back_under_its_body_is_never_acknowledged(
