@@ -118,8 +118,21 @@ def uvicorn_options(host: str, port: int, settings: Settings) -> dict[str, Any]:
     # Logging is ours (cosigner.core.logs): log_config=None keeps uvicorn from replacing it.
     # No WebSocket route exists: ws="none" keeps uvicorn from loading the websockets
     # protocol (~0.6 MB resident, issue 20); an upgrade request is answered as plain HTTP.
+    # A response's head and body leave in one write (cosigner.http.coalesce) where
+    # httptools is installed; elsewhere uvicorn's own choice.
     return {"host": host, "port": port, "log_level": settings.log_level, "access_log": False,
-            "proxy_headers": False, "log_config": None, "ws": "none"}
+            "proxy_headers": False, "log_config": None, "ws": "none",
+            "http": http_protocol()}
+
+
+def http_protocol() -> str:
+    """uvicorn's ``http`` option: :data:`cosigner.http.coalesce.PROTOCOL` when httptools
+    can be imported, else ``"auto"`` (uvicorn then picks h11)."""
+    import importlib.util
+
+    if importlib.util.find_spec("httptools") is None:
+        return "auto"
+    return "cosigner.http.coalesce:CoalescingHttpToolsProtocol"
 
 
 def _run_server(server: Any) -> int:
