@@ -3,7 +3,10 @@
 ``cosigner/cli/main.py`` calls ``uvicorn.run(app, host=..., port=..., log_level=...,
 access_log=False)`` with uvicorn's defaults otherwise (loop and HTTP parser "auto":
 uvloop and httptools when installed). The floor and the peer are served through this
-file with the same call, each by the interpreter of its own venv::
+file with the same call, each by the interpreter of its own venv, on uvicorn's stock
+httptools protocol; ``cosigner serve`` itself uses a subclass of it that sends a
+response's head and body in one write (``cosigner/http/coalesce.py``; the floor is the
+bare FastAPI floor of issue 20 and keeps the stock protocol)::
 
     python bench/serve_asgi.py bench.floor_app:app --port 9001
 """
