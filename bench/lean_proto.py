@@ -459,11 +459,17 @@ _INSERT_EVENT = "INSERT INTO audit_events VALUES (?,?,?,?,?,?,?)"
 
 
 def open_writer(database: str) -> sqlite3.Connection:
-    """The committer's own connection: WAL, ``synchronous=FULL``, explicit transactions,
-    usable from the writer thread."""
+    """The committer's own connection: WAL, ``synchronous=FULL`` (unless
+    ``LEAN_PROTO_SYNCHRONOUS=NORMAL``), explicit transactions, usable from the writer
+    thread."""
     conn = sqlite3.connect(database, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
+    # LEAN_PROTO_SYNCHRONOUS=NORMAL: a diagnostic variant without the per-COMMIT fsync
+    # (not durable on power loss; bench/README.md, session 12).
+    mode = os.environ.get("LEAN_PROTO_SYNCHRONOUS", "FULL")
+    if mode not in ("FULL", "NORMAL"):
+        raise ValueError("LEAN_PROTO_SYNCHRONOUS must be FULL or NORMAL")
+    conn.execute(f"PRAGMA synchronous={mode}")
     return conn
 
 
