@@ -168,6 +168,26 @@ class PeerDeployment(Deployment):
         self.processes = [Process(cmd, env, self.workdir, self.workdir / "peer.log")]
 
 
+class LeanProtoDeployment(Deployment):
+    """``bench/lean_proto.py`` (issue 20's study design rebuilt as one raw ASGI callable)
+    on a fresh SQLite file with one API key of ``tenant``, served like the floor."""
+
+    def __init__(self, name: str, *, tenant: str) -> None:
+        super().__init__(name)
+        self.tenant = tenant
+        self.key = ""
+
+    def prepare(self) -> None:
+        database, seed = self.workdir / "lean.db", self.workdir / "signing.seed"
+        self.key = run([sys.executable, str(BENCH / "lean_proto.py"), "init", "--database",
+                        str(database), "--signing-key", str(seed), "--tenant", self.tenant]
+                       ).strip().splitlines()[-1]
+        env = dict(os.environ, LEAN_PROTO_DATABASE=str(database),
+                   LEAN_PROTO_SIGNING_KEY=str(seed))
+        cmd = [sys.executable, str(BENCH / "serve_asgi.py"), "bench.lean_proto:app"]
+        self.processes = [Process(cmd, env, ROOT, self.workdir / "lean-proto.log")]
+
+
 class CosignerDeployment(Deployment):
     """``cosigner serve`` on a fresh SQLite file or a fresh PostgreSQL database."""
 

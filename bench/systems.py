@@ -20,6 +20,7 @@ from bench.servers import (
     CosignerDeployment,
     Deployment,
     FloorDeployment,
+    LeanProtoDeployment,
     PeerDeployment,
     SeededCosignerDeployment,
     SetupError,
@@ -31,6 +32,8 @@ ALLOW_AMOUNT = "5000"
 #: Decisions already in the log of ``allow-py-1m`` (``BENCH_SEED_DECISIONS``).
 SEEDED = int(os.environ.get("BENCH_SEED_DECISIONS", "1000000"))
 APPROVAL_AMOUNT = "150000"
+#: Deployments holding an API key (``key``) that decide.lua sends as ``BENCH_KEY``.
+KEYED = (CosignerDeployment, LeanProtoDeployment)
 REDEEM_PATH = "/v1/permits/redeem"
 
 
@@ -127,11 +130,11 @@ class DecideWorkload(Workload):
         return [f"{args[0]}p{index}", *args[1:]]
 
     def env(self, dep: Deployment) -> dict[str, str]:
-        assert isinstance(dep, CosignerDeployment)
+        assert isinstance(dep, KEYED)
         return {"BENCH_KEY": dep.key}
 
     def probe(self, dep: Deployment) -> str:
-        assert isinstance(dep, CosignerDeployment)
+        assert isinstance(dep, KEYED)
         notes = []
         for url in dep.urls:
             answer = post_json(url + "/v1/decisions", decision_body(int(self.amount)),
@@ -280,6 +283,9 @@ def all_systems() -> list[System]:
                               mode="approval"), "floor"),
         System("redeem", "POST /v1/permits/redeem of pre-minted permits, SQLite, 1 process",
                CosignerDeployment("redeem", tenant="bench"), RedeemWorkload(), "floor"),
+        System("lean-proto", "issue 20's study design rebuilt: POST /v1/decisions allow "
+               "as one raw ASGI callable (bench/lean_proto.py), SQLite, 1 process",
+               LeanProtoDeployment("lean-proto", tenant="bench"), DecideWorkload(), "floor"),
         System("peer", "agentmesh policy-server (Agent Governance Toolkit), refund policy "
                "in its YAML, 1 process", PeerDeployment("peer"), PeerWorkload(), "floor"),
         System("floor-2p", "bare FastAPI floor, 2 processes (2 ports, 2 wrk)",

@@ -66,7 +66,7 @@ def rows(systems: list[System], results: dict[str, dict[int, Cells]],
         pg = [cpu / n * 1e6 for cpu, n in system.pg_cpu_s.get(row["concurrency"], []) if n]
         if pg:
             row["pg_cpu_us_per_req"] = mean(pg)
-        if row["system"].startswith(("allow-py", "allow-rego")) and "peer" in results:
+        if row["system"].startswith(("allow-py", "allow-rego", "lean-proto")) and "peer" in results:
             row["vs_peer"] = _ratio(results, row["system"], "peer", row["concurrency"])
     return out
 
