@@ -1,6 +1,7 @@
 """Decision responses stored as a difference from their row (issue 20, stored form 3,
-migration 0022_s7store_response_row): read back exactly, on both databases, and the
-migration rewrites existing rows up, down and up again."""
+migration 0022_s7store_response_row; form 7, the same body in a bare frame compressed
+harder, 0024_s12store_response_bare): read back exactly, on both databases, and the
+migrations rewrite existing rows up, down and up again."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def test_form_3_reads_back_exactly(decision: str, request: str, args: str,
     row = (decision, request, args, revision) if same else tuple(refs)
     stored = response_row.bind(value, row)
     assert stored is not None
-    if stored[0] == compressed.V3_ROW:
+    if stored[0] in compressed.ROW_FORMS:
+        assert stored[0] == compressed.V7_ROW_BARE  # what is written since 0024
         assert orjson.dumps(response_row.unpack(stored, row)) == orjson.dumps(value)
         read = compressed.ResponseJSON().process_result_value(stored, None)  # type: ignore[arg-type]
         assert isinstance(read, compressed.RowBound)  # not a mapping without its row
@@ -99,7 +101,8 @@ def _pack_as_before(value: Any, refs: Any) -> bytes | None:
         out.append(joined[start:])
         joined = b"".join(out)
     answer_, header, claims = joined.split(b"\x1a\x00")
-    return bytes([compressed.V3_ROW]) + compressed._COMPRESSOR.compress(
+    # In form 7's frame since 0024 (the body is what was compared before).
+    return bytes([compressed.V7_ROW_BARE]) + compressed.compress_bare_store(
         compressed.join_parts(answer_, header, claims, signature))
 
 
@@ -136,8 +139,8 @@ def test_form_3_is_the_bytes_it_was(decision: str, request: str, args: str,
 def test_the_row_texts_are_not_in_the_frame() -> None:
     value = answer(DECISION, "req-seed-1", ARGS, REVISION)
     stored = response_row.pack(value, (DECISION, "req-seed-1", ARGS, REVISION))
-    assert stored is not None and stored[0] == compressed.V3_ROW
-    frame = compressed._unzstd(stored)
+    assert stored is not None and stored[0] == compressed.V7_ROW_BARE
+    frame = compressed.decompress_bare(stored[1:])
     for text_ in (DECISION, "req-seed-1", ARGS, REVISION):
         assert text_.encode() not in frame
     assert len(stored) < len(compressed.pack_response(value) or b"")
@@ -186,15 +189,76 @@ async def test_upgrade_down_and_up_again_with_rows(empty_database: str) -> None:
         expected = {key: orjson.dumps(value) for key, value in values.items()}
         form_2 = {key: 1 if key == ids[2] else 2 for key in ids}
         assert await forms() == form_2 and await answers() == expected
-        await upgrade(url)
-        assert await forms() == {key: 1 if key == ids[2] else 3 for key in ids}
-        assert await answers() == expected
+        form_3 = {key: 1 if key == ids[2] else 3 for key in ids}
+        form_7 = {key: 1 if key == ids[2] else 7 for key in ids}
+        async with engine.begin() as conn:  # form 3 as 0022 wrote it before 0024 existed
+            await conn.run_sync(_to, url, "0024_s12store_response_bare")
+            await conn.run_sync(_to, url, "0023_s8store_event_row", True)
+        assert await forms() == form_3 and await answers() == expected
+        await upgrade(url)  # 0024: form 3 → 7
+        assert await forms() == form_7 and await answers() == expected
+        async with engine.begin() as conn:
+            await conn.run_sync(_to, url, "0023_s8store_event_row", True)
+        assert await forms() == form_3 and await answers() == expected
         async with engine.begin() as conn:
             await conn.run_sync(_to, url, "0021_s7store_compact_ids", True)
         assert await forms() == form_2 and await answers() == expected
         await upgrade(url)
-        assert await forms() == {key: 1 if key == ids[2] else 3 for key in ids}
+        assert await forms() == form_7
         assert await answers() == expected
+    finally:
+        await engine.dispose()
+        await asyncio.sleep(0)
+
+
+async def test_0024_steps_over_a_damaged_response(empty_database: str) -> None:  # noqa: F811
+    """A form 3 value whose frame does not decode (its header declares 2**56 bytes) is
+    left as it is by 0024 up and down; the rows around it are rewritten."""
+    url = empty_database
+    engine = create_async_engine(url)
+    ids = [f"01a232bb-8747-71dd-9f29-1804dc82d9{i:02x}" for i in range(3)]
+    damaged = bytes([compressed.V3_ROW]) + b"\x28\xb5\x2f\xfd\xc0" + b"\x00" * 8 + b"\x01"
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_to, url, "0023_s8store_event_row")
+            await conn.execute(decisions.insert(), [
+                {"id": key, "tenant": "t-s12d", "request_id": f"req-{i}",
+                 "request_hash": ARGS, "run_id": "r", "tool": "t", "args_hash": ARGS,
+                 "effect": "allow", "caller": "c", "policy_id": None, "policy_version": None,
+                 "policy_revision": REVISION, "response": answer(key, f"req-{i}", ARGS,
+                                                                 REVISION),
+                 "created_at": __import__("datetime").datetime(2026, 12, 2)}
+                for i, key in enumerate(ids)])
+            await conn.execute(decisions.update().where(decisions.c.id == ids[1]).values(
+                response=text(":v").bindparams(v=damaged)))
+
+        async def stored() -> dict[str, bytes]:
+            async with engine.connect() as conn:
+                rows = (await conn.execute(select(decisions.c.id, text("response")).where(
+                    decisions.c.tenant == "t-s12d"))).all()
+            return {key: bytes(value) for key, value in rows}
+
+        before = await stored()
+        assert before[ids[1]] == damaged and before[ids[0]][0] == compressed.V2_TOKEN
+        await upgrade(url)  # 0024 after 0022-0023 wrote nothing in form 3 here: form 2 stays
+        async with engine.begin() as conn:  # the two good rows in form 3 (as 0022 left them)
+            await conn.run_sync(_to, url, "0023_s8store_event_row", True)
+            for key in (ids[0], ids[2]):
+                value = answer(key, f"req-{ids.index(key)}", ARGS, REVISION)
+                form_3 = bytes([compressed.V3_ROW]) + compressed._LEVEL1_COMPRESSOR.compress(
+                    compressed.decompress_bare(response_row.pack(
+                        value, (key, f"req-{ids.index(key)}", ARGS, REVISION))[1:]))
+                await conn.execute(decisions.update().where(decisions.c.id == key).values(
+                    response=text(":v").bindparams(v=form_3)))
+        await upgrade(url)
+        after = await stored()
+        assert after[ids[1]] == damaged
+        assert after[ids[0]][0] == after[ids[2]][0] == compressed.V7_ROW_BARE
+        async with engine.begin() as conn:
+            await conn.run_sync(_to, url, "0023_s8store_event_row", True)
+        down = await stored()
+        assert down[ids[1]] == damaged
+        assert down[ids[0]][0] == down[ids[2]][0] == compressed.V3_ROW
     finally:
         await engine.dispose()
         await asyncio.sleep(0)
