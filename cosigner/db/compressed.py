@@ -31,7 +31,8 @@ Compression settings (issue 20, session 12): events' frames (the largest share o
 CPU, ~4.5 µs a pair) at level 1; everything else (the stored answer, the call input,
 events outside a pair) with :data:`STORE_PARAMS`, a lazy2 search tuned on the bench's
 varied allow calls: the answer's frame 367 → 331 bytes for ~4 µs more, which with the
-frame's magic number gone puts 7 decision rows in a 4 KB SQLite page instead of 6.
+frame's magic number gone and the run id left to its row (form 7,
+:mod:`cosigner.db.response_row`) puts 7 decision rows in a 4 KB SQLite page instead of 6.
 Any setting writes frames every zstd decoder reads: old rows read as before.
 """
 

@@ -13,7 +13,7 @@ Exactness: a part holding a ``0x1A`` byte (never in JSON text, which escapes con
 characters) is not packed this way (form 2 instead); a column text that is not
 printable (a byte below ``0x20``, among others) is not referenced; references are
 replaced longest first in each part (``bytes.replace``: leftmost, not overlapping), and a
-reference's second byte (``1..4``) cannot occur in a referenced text, so no later text
+reference's second byte (``1..5``) cannot occur in a referenced text, so no later text
 matches across one (tests/db/test_response_row.py, hypothesis).
 
 Writing costs one search of the three parts per text: they are searched as one, joined
@@ -23,8 +23,10 @@ token's header or claims holding a ``0x00`` byte, so not JSON and not minted her
 searched part by part).
 
 Form 7 (migration ``0024_s12store_response_bare``) is form 3 in a frame without zstd's
-4-byte magic number, compressed with :data:`~cosigner.db.compressed.STORE_PARAMS`: what
-:func:`pack` writes. Form 3 values read as before.
+4-byte magic number, compressed with :data:`~cosigner.db.compressed.STORE_PARAMS`, and
+with a fifth reference (``0x1A 0x05``): the row's ``run_id``, which the permit's claims
+spell as ``run``. What :func:`pack` writes. Form 3 values read as before (their frames
+hold references 1..4 only).
 
 Only the group commit's inserts know the row when the response is encoded
 (:mod:`cosigner.db.row_encoders`); other writers store form 2. Every reader of
@@ -42,7 +44,7 @@ from cosigner.db import compressed
 
 V3_ROW = compressed.V3_ROW
 #: The row's columns an answer may refer to, in reference order (1..4).
-REF_COLUMNS = ("id", "request_id", "args_hash", "policy_revision")
+REF_COLUMNS = ("id", "request_id", "args_hash", "policy_revision", "run_id")
 _MARK = b"\x1a"
 _MARK_BYTE = _MARK[0]
 _MIN_REF = 8
@@ -137,5 +139,5 @@ def answer(row: Any) -> Any:
     response = row.response
     if isinstance(response, compressed.RowBound):
         return unpack(response.stored, (row.id, row.request_id, row.args_hash,
-                                        row.policy_revision))
+                                        row.policy_revision, row.run_id))
     return response

@@ -290,7 +290,8 @@ def _answer(row: Any, stored: Any) -> tuple[int, bytes]:
         row._mapping["id"], row._mapping["request_id"]))
     hashes = tuple(None if v is None else digest.unpack(v) for v in (
         row._mapping["args_hash"], row._mapping["policy_revision"]))
-    value = (response_row.unpack(data, refs + hashes) if data[0] in compressed.ROW_FORMS
+    value = (response_row.unpack(data, (*refs, *hashes, row._mapping["run_id"]))
+             if data[0] in compressed.ROW_FORMS
              else compressed.ResponseJSON().process_result_value(data, None))  # type: ignore[arg-type]
     return min(data[0], 2), json.dumps(value, sort_keys=True).encode()
 

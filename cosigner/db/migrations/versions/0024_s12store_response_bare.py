@@ -10,8 +10,10 @@ outside Cosigner) is left as it is, and reads as damaged as before. No schema ch
 both SQLite and PostgreSQL, rows rewritten in pages of 2,000 ordered by id (0022's
 loop).
 
-Downgrade: form 7 back to form 3 (level 1, with the magic number), which the code of
-0022-0023 reads.
+Form 7 also refers to the row's ``run_id`` (reference 5, written by the code since this
+migration; rows moved from form 3 hold none). Downgrade: form 7 back to form 3 (level 1,
+with the magic number) with every reference 5 replaced by the row's run id again, which
+the code of 0022-0023 reads.
 
 Revision ID: 0024_s12store_response_bare
 Revises: 0023_s8store_event_row
@@ -27,6 +29,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _LOOP = "cosigner.db.migrations.versions.0022_s7store_response_row"
+#: Form 7's reference to the row's run_id (cosigner.db.response_row).
+_RUN_MARK = b"\x1a\x05"
 
 
 def upgrade() -> None:
@@ -51,9 +55,18 @@ def downgrade() -> None:
         if stored[:1] != bytes([compressed.V7_ROW_BARE]):
             return None
         try:
-            body = compressed.decompress_bare(stored[1:])
+            answer, header, claims, signature = compressed.split_parts(
+                compressed.decompress_bare(stored[1:]))
         except ValueError:  # damaged: left as it is
             return None
+        run = refs[4]
+        if run is None:
+            return None  # run_id is NOT NULL: not reached
+        # 0x1A occurs in a form 3/7 part only as the first byte of a reference.
+        text = run.encode()
+        body = compressed.join_parts(answer.replace(_RUN_MARK, text),
+                                     header.replace(_RUN_MARK, text),
+                                     claims.replace(_RUN_MARK, text), signature)
         return bytes([compressed.V3_ROW]) + compressed._LEVEL1_COMPRESSOR.compress(body)  # noqa: SLF001
 
     importlib.import_module(_LOOP)._rewrite(to_form_3)  # noqa: SLF001
