@@ -394,9 +394,10 @@ async def insert_tables(conn: asyncpg.Connection, dialect: Dialect,
 # ORDER BY needs no sort, so it wins on an empty table and on a full one.
 
 _GUARD = (
-    "SELECT 'd', k.t, d.request_id, d.id, NULL::varchar, d.request_hash, d.response, "
+    "SELECT 'd', k.t, d.request_id, d.id, d.run_id, d.request_hash, d.response, "
     "d.args_hash, d.policy_revision FROM unnest($1::varchar[], $2::varchar[]) AS k(t, r), "
-    "LATERAL (SELECT request_id, id, request_hash, response, args_hash, policy_revision "
+    "LATERAL (SELECT request_id, id, request_hash, response, args_hash, policy_revision, "
+    "run_id "
     "FROM decisions WHERE tenant = k.t AND request_id >= k.r ORDER BY request_id LIMIT 1"
     ") AS d WHERE d.request_id = k.r "
     "UNION ALL SELECT 'c', k.t, k.r, NULL, NULL, NULL, NULL, NULL, NULL "
@@ -441,11 +442,11 @@ async def guard_reads(conn: asyncpg.Connection, dialect: Dialect,
     for kind, a, b, c, d, digest, response, args_hash, revision in rows:
         if kind == "d":
             answer = load(response) if load else response
-            if isinstance(answer, RowBound):  # form 3: c is the decision id
+            if isinstance(answer, RowBound):  # form 3/7: c the decision id, d its run
                 answer = response_row.unpack(answer.stored, (
                     c, b, request_hash(args_hash) if request_hash else args_hash,
                     None if revision is None
-                    else request_hash(revision) if request_hash else revision))
+                    else request_hash(revision) if request_hash else revision, d))
             found.decided[(a, b)] = (
                 b, request_hash(digest) if request_hash else digest, answer)
         elif kind == "c":

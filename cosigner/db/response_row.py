@@ -13,7 +13,7 @@ Exactness: a part holding a ``0x1A`` byte (never in JSON text, which escapes con
 characters) is not packed this way (form 2 instead); a column text that is not
 printable (a byte below ``0x20``, among others) is not referenced; references are
 replaced longest first in each part (``bytes.replace``: leftmost, not overlapping), and a
-reference's second byte (``1..4``) cannot occur in a referenced text, so no later text
+reference's second byte (``1..5``) cannot occur in a referenced text, so no later text
 matches across one (tests/db/test_response_row.py, hypothesis).
 
 Writing costs one search of the three parts per text: they are searched as one, joined
@@ -21,6 +21,12 @@ by a ``0x00`` byte, which no JSON text holds and no referenced (printable) text 
 reference holds, so no text matches across it and a split gives the parts back (a
 token's header or claims holding a ``0x00`` byte, so not JSON and not minted here, are
 searched part by part).
+
+Form 7 (migration ``0024_s12store_response_bare``) is form 3 in a frame without zstd's
+4-byte magic number, compressed with :data:`~cosigner.db.compressed.STORE_PARAMS`, and
+with a fifth reference (``0x1A 0x05``): the row's ``run_id``, which the permit's claims
+spell as ``run``. What :func:`pack` writes. Form 3 values read as before (their frames
+hold references 1..4 only).
 
 Only the group commit's inserts know the row when the response is encoded
 (:mod:`cosigner.db.row_encoders`); other writers store form 2. Every reader of
@@ -38,19 +44,21 @@ from cosigner.db import compressed
 
 V3_ROW = compressed.V3_ROW
 #: The row's columns an answer may refer to, in reference order (1..4).
-REF_COLUMNS = ("id", "request_id", "args_hash", "policy_revision")
+REF_COLUMNS = ("id", "request_id", "args_hash", "policy_revision", "run_id")
 _MARK = b"\x1a"
 _MARK_BYTE = _MARK[0]
 _MIN_REF = 8
 #: Between the three parts while they are searched (module docstring).
 _SEPARATOR = b"\x00"
 _MARKS = tuple(_MARK + bytes([i + 1]) for i in range(len(REF_COLUMNS)))
-_V3_PREFIX = bytes([V3_ROW])
+V7_ROW_BARE = compressed.V7_ROW_BARE
+_V7_PREFIX = bytes([V7_ROW_BARE])
 
 
 def pack(value: Any, refs: Sequence[str | None]) -> bytes | None:
-    """``value`` in stored form 3 given its row's :data:`REF_COLUMNS` texts, or ``None``
-    when form 3 does not apply (no permit token, or a part holding ``0x1A``)."""
+    """``value`` in stored form 7 (form 3's body in a bare frame) given its row's
+    :data:`REF_COLUMNS` texts, or ``None`` when the form does not apply (no permit token,
+    or a part holding ``0x1A``)."""
     parts = compressed.response_parts(value)
     if parts is None:
         return None
@@ -72,7 +80,7 @@ def pack(value: Any, refs: Sequence[str | None]) -> bytes | None:
         for _, mark, text in usable:
             joined = joined.replace(text, mark)
         answer, header, claims = joined.split(_SEPARATOR)
-    return _V3_PREFIX + compressed._COMPRESSOR.compress(  # noqa: SLF001
+    return _V7_PREFIX + compressed.compress_bare_store(
         compressed.join_parts(answer, header, claims, signature))
 
 
@@ -99,16 +107,20 @@ def _restore(part: bytes, refs: Sequence[bytes | None]) -> bytes:
 
 
 def unpack(stored: bytes | bytearray | memoryview, refs: Sequence[str | None]) -> Any:
-    """The answer of a stored form 3 value, given its row's :data:`REF_COLUMNS` texts.
+    """The answer of a stored form 3 or 7 value, given its row's :data:`REF_COLUMNS`
+    texts.
 
     Raises:
-        ValueError: not form 3, a damaged frame, or a reference to a missing column.
+        ValueError: not form 3 or 7, a damaged frame, or a reference to a missing column.
     """
     data = bytes(stored)
-    if data[:1] != bytes([V3_ROW]):
-        raise ValueError("not a form 3 response")
-    answer, header, claims, signature = compressed.split_parts(
-        compressed._unzstd(data))  # noqa: SLF001
+    if data[:1] == _V7_PREFIX:
+        body = compressed.decompress_bare(data[1:])
+    elif data[:1] == bytes([V3_ROW]):
+        body = compressed._unzstd(data)  # noqa: SLF001
+    else:
+        raise ValueError("not a form 3 or 7 response")
+    answer, header, claims, signature = compressed.split_parts(body)
     texts = [text.encode() if isinstance(text, str) else None for text in refs]
     return compressed.answer_of(_restore(answer, texts), _restore(header, texts),
                                 _restore(claims, texts), signature)
@@ -127,5 +139,5 @@ def answer(row: Any) -> Any:
     response = row.response
     if isinstance(response, compressed.RowBound):
         return unpack(response.stored, (row.id, row.request_id, row.args_hash,
-                                        row.policy_revision))
+                                        row.policy_revision, row.run_id))
     return response

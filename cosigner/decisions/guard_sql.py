@@ -65,18 +65,18 @@ def decided(raw: sqlite3.Connection, dialect: Dialect, requests: set[tuple[str, 
     load, text, ident = _processors(dialect)
     found: dict[tuple[str, str], Decided] = {}
     for tenant, ids in sorted(by_tenant.items()):
-        # id, args_hash, policy_revision: what a stored form 3 response refers to.
+        # id, args_hash, policy_revision, run_id: what a stored form 3/7 response refers to.
         rows = sqlite_query(raw, "SELECT request_id, request_hash, response, id, args_hash, "
-                            "policy_revision FROM decisions "
+                            "policy_revision, run_id FROM decisions "
                             f"WHERE tenant = ? AND request_id IN ({_marks(len(ids))})",
                             [tenant, *ids])
-        for request_id, request_hash, response, key, args_hash, revision in rows:
+        for request_id, request_hash, response, key, args_hash, revision, run in rows:
             answer = load(response) if load else response
             if isinstance(answer, RowBound):
                 answer = response_row.unpack(answer.stored, (
                     ident(key) if ident else key, request_id,
                     text(args_hash) if text else args_hash,
-                    None if revision is None else text(revision) if text else revision))
+                    None if revision is None else text(revision) if text else revision, run))
             found[(tenant, request_id)] = Decided(
                 request_id, str(text(request_hash) if text else request_hash), answer)
     return found

@@ -213,9 +213,10 @@ async def _decided(conn: AsyncConnection, requests: set[tuple[str, str]]
     return found
 
 
-#: The response with the columns its stored form 3 refers to (cosigner.db.response_row).
+#: The response with the columns its stored form 3/7 refers to (cosigner.db.response_row).
 _DECIDED = select(decisions.c.request_id, decisions.c.request_hash, decisions.c.response,
-                  decisions.c.id, decisions.c.args_hash, decisions.c.policy_revision).where(
+                  decisions.c.id, decisions.c.args_hash, decisions.c.policy_revision,
+                  decisions.c.run_id).where(
     decisions.c.tenant == bindparam("tenant"),
     decisions.c.request_id.in_(bindparam("ids", expanding=True)))
 
@@ -223,7 +224,8 @@ _DECIDED = select(decisions.c.request_id, decisions.c.request_hash, decisions.c.
 async def _existing(conn: AsyncConnection, tenant: str, request_id: str) -> Any:
     return (await conn.execute(
         select(decisions.c.request_hash, decisions.c.response, decisions.c.id,
-               decisions.c.request_id, decisions.c.args_hash, decisions.c.policy_revision).where(
+               decisions.c.request_id, decisions.c.args_hash, decisions.c.policy_revision,
+               decisions.c.run_id).where(
             decisions.c.tenant == tenant, decisions.c.request_id == request_id)
     )).first()
 

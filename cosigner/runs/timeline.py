@@ -64,7 +64,8 @@ async def run_timeline(db: Database, *, tenant: str, run_id: str, now: datetime,
         rows = (await conn.execute(
             select(decisions.c.id, decisions.c.tool, decisions.c.effect,
                    decisions.c.args_hash, decisions.c.created_at, decisions.c.response,
-                   decisions.c.request_id, decisions.c.policy_revision)  # form 3's refs
+                   decisions.c.request_id, decisions.c.policy_revision,
+                   decisions.c.run_id)  # form 3/7's refs
             .where(*where).order_by(decisions.c.created_at.desc(), decisions.c.id.desc())
             .limit(limit))).all()
         ids = [row.id for row in rows]

@@ -276,7 +276,7 @@ async def stored(db: Database, table: Table, key: str, prefix: str) -> list[tupl
                                                                "jti")]
     out = [tuple(bytes(row._mapping[n]) if isinstance(row._mapping[n], memoryview)
                  else row._mapping[n] for n in names) for row in rows]
-    if table is decisions:  # the raw path stores form 3 (0022): compare the answers read
+    if table is decisions:  # the raw path stores form 3 (0022), 7 (0024): compare answers
         at = names.index("response")
         out = [(*values[:at], _answer(row, values[at]), *values[at + 1:])
                for row, values in zip(rows, out, strict=True)]
@@ -290,7 +290,8 @@ def _answer(row: Any, stored: Any) -> tuple[int, bytes]:
         row._mapping["id"], row._mapping["request_id"]))
     hashes = tuple(None if v is None else digest.unpack(v) for v in (
         row._mapping["args_hash"], row._mapping["policy_revision"]))
-    value = (response_row.unpack(data, refs + hashes) if data[:1] == b"\x03"
+    value = (response_row.unpack(data, (*refs, *hashes, row._mapping["run_id"]))
+             if data[0] in compressed.ROW_FORMS
              else compressed.ResponseJSON().process_result_value(data, None))  # type: ignore[arg-type]
     return min(data[0], 2), json.dumps(value, sort_keys=True).encode()
 

@@ -117,9 +117,9 @@ async def test_allow_batches_run_on_asyncpg_and_read_back_as_answered(
     again = await harness.client.post("/v1/decisions", headers=headers, json=bodies[0])
     assert again.json() == answers[0].json()  # a retry: the guard's read, first answer
     async with harness.db.read() as conn:
-        rows = (await conn.execute(select(  # with what a form 3 response refers to
+        rows = (await conn.execute(select(  # with what a form 3/7 response refers to
             decisions.c.id, decisions.c.request_id, decisions.c.args_hash,
-            decisions.c.policy_revision, decisions.c.response).where(
+            decisions.c.policy_revision, decisions.c.run_id, decisions.c.response).where(
             decisions.c.tenant == tenant))).all()
         jtis = (await conn.execute(select(permits.c.jti).where(
             permits.c.tenant == tenant))).scalars().all()
@@ -245,16 +245,16 @@ async def test_rows_written_raw_equal_rows_written_by_core(
                                          row[key][:30] + "-core")
                 assert raw is not None and core is not None
                 differ = {name for name in raw.keys() if raw[name] != core[name]}
-                if table.name == "decisions":  # raw: form 3 against its row (0022)
+                if table.name == "decisions":  # raw: form 3 against its row (0022; 7, 0024)
                     read = compressed.ResponseJSON().process_result_value
                     assert response_row.resolve(read(raw["response"], None), (  # type: ignore[arg-type]
                         raw["id"], raw["request_id"], digest.unpack(raw["args_hash"]),
-                        digest.unpack(raw["policy_revision"]))) == read(
+                        digest.unpack(raw["policy_revision"]), raw["run_id"])) == read(
                             core["response"], None)  # type: ignore[arg-type]
                     formed.add(bytes(raw["response"])[0])
                     differ.discard("response")
                 assert differ <= {key, "request_id"}, (table.name, differ)
-        assert formed == {1, 3}  # the allow's answer in form 3, the approval's in form 1
+        assert formed == {1, 7}  # the allow's answer in form 7, the approval's in form 1
     finally:
         await pg.close()
 

@@ -51,7 +51,9 @@ def downgrade() -> None:
 
 
 def _rewrite(rewrite: Callable[[bytes, tuple[str | None, ...]], bytes | None]) -> None:
-    """Every ``decisions.response`` through ``rewrite(stored, refs)`` (``None``: keep)."""
+    """Every ``decisions.response`` through ``rewrite(stored, refs)`` (``None``: keep);
+    ``refs`` are the row's :data:`~cosigner.db.response_row.REF_COLUMNS` texts (the fifth,
+    ``run_id``, since 0024's form 7)."""
     from cosigner.db.digest import unpack as digest_text
     from cosigner.db.sqlite_compact import unpack_uuid
 
@@ -60,7 +62,7 @@ def _rewrite(rewrite: Callable[[bytes, tuple[str | None, ...]], bytes | None]) -
     # The driver's values (the id packed on SQLite since 0021, digests as bytes since 0020).
     decisions = sa.table("decisions", sa.column("id"), sa.column("request_id"),
                          sa.column("args_hash"), sa.column("policy_revision"),
-                         sa.column("response"))
+                         sa.column("run_id"), sa.column("response"))
     after: Any = None
     while True:
         query = sa.select(decisions)
@@ -71,12 +73,13 @@ def _rewrite(rewrite: Callable[[bytes, tuple[str | None, ...]], bytes | None]) -
         if not rows:
             return
         updates = []
-        for key, request_id, args_hash, policy_revision, response in rows:
+        for key, request_id, args_hash, policy_revision, run_id, response in rows:
             if isinstance(response, str):
                 continue  # JSON text written before 0017: no token decoded, nothing to do
             refs = (unpack_uuid(key) if sqlite else key, request_id,
                     None if args_hash is None else digest_text(args_hash),
-                    None if policy_revision is None else digest_text(policy_revision))
+                    None if policy_revision is None else digest_text(policy_revision),
+                    run_id)
             new = rewrite(bytes(response), refs)
             if new is not None:
                 updates.append({"k": key, "v": new})
