@@ -9,19 +9,23 @@ bench/README.md, "Session 12: one write per response").
 
 :class:`CoalescingHttpToolsProtocol` gives uvicorn's request cycles a transport that
 holds what is written during one step of the event loop and sends it as one write at the
-end of that step (``loop.call_soon``), before the loop next polls for I/O. So a
-response's head and body, sent by the app back to back, leave in one ``send()``. What
+end of that step (``loop.call_soon``: the callback runs in the loop's next round of
+ready callbacks, after one poll for I/O that does not wait, uvloop and asyncio alike). So
+a response's head and body, sent by the app back to back, leave in one ``send()``. What
 changes nothing else:
 
 * bytes leave in the order written, on the same transport, before any ``close`` (which
   flushes first) and before the loop waits for I/O; ``abort`` drops what is held as it
   drops the transport's own buffer;
+* the I/O read in between can be the client's end of file (a half-close after its
+  request), on which the transport closes itself: ``eof_received`` flushes first, so a
+  response held then is sent, as uvicorn's own protocol sends it;
 * a stream that writes more than :data:`HOLD_MAX` bytes in one step is passed through
   at once, so the transport's flow control (``pause_writing``) sees the bytes as before;
 * every other transport method is the real transport's.
 
 Selected by ``cosigner serve`` with ``uvicorn.Config(http=PROTOCOL)``; where httptools
-is not installed uvicorn's ``auto`` choice is kept (:func:`protocol_choice`).
+is not installed uvicorn's ``auto`` choice is kept (:func:`cosigner.cli.main.http_protocol`).
 """
 
 from __future__ import annotations
@@ -119,3 +123,11 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # Set after uvicorn read the transport's addresses and built its flow control
         # on the real transport (pause/resume reading act on the socket itself).
         self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]
+
+    def eof_received(self) -> None:
+        """The client half-closed: send what is held first. uvicorn answers ``None`` (the
+        transport then closes itself, after sending what it buffered), and a response
+        held from the step before that read must be in that buffer, as uvicorn's own
+        writes are; flushed later it was dropped (the transport is closing)."""
+        self.transport.flush()  # type: ignore[attr-defined]
+        super().eof_received()
