@@ -53,7 +53,7 @@ class CoalescingTransport:
                  ) -> None:
         self._transport = transport
         self._loop = loop
-        self._held: list[bytes | bytearray | memoryview] = []
+        self._held: list[bytes] = []
         self._size = 0
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -65,6 +65,8 @@ class CoalescingTransport:
                 self._transport.write(data)
                 return
             self._loop.call_soon(self.flush)
+        if type(data) is not bytes:
+            data = bytes(data)  # a caller's buffer may change after write() returns
         held.append(data)
         self._size += len(data)
         if self._size > HOLD_MAX:
@@ -75,16 +77,23 @@ class CoalescingTransport:
             self.write(data)
 
     def flush(self) -> None:
-        """Send what is held, as one write (nothing when nothing is held or the
-        transport is closing: the bytes could not leave anyway)."""
+        """Send what is held, as one write. A transport closing but not closed yet takes
+        it as it would have taken the writes themselves (it still sends its buffer); one
+        already closed refuses it (uvloop: ``RuntimeError``) and the bytes are dropped,
+        as they could not leave."""
         held = self._held
         if not held:
             return
         self._held = []
         self._size = 0
-        if self._transport.is_closing():
+        data = held[0] if len(held) == 1 else b"".join(held)
+        if not self._transport.is_closing():
+            self._transport.write(data)
             return
-        self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+        try:
+            self._transport.write(data)
+        except RuntimeError:
+            pass
 
     def close(self) -> None:
         self.flush()

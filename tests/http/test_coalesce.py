@@ -153,3 +153,18 @@ async def test_more_than_hold_max_passes_through_at_once(sizes: list[int]) -> No
     finally:
         raw.close()
         server.close()
+
+
+async def test_a_held_buffer_is_sent_as_it_was_written() -> None:
+    # A bytearray changed after write() returned goes out as it was when written (the
+    # transport's own write copies too).
+    wrapped, raw, collect, server = await _pair()
+    try:
+        buffer = bytearray(b"first")
+        wrapped.write(buffer)
+        buffer[:] = b"XXXXX"
+        await _settle()
+        assert b"".join(collect.chunks) == b"first"
+    finally:
+        raw.close()
+        server.close()
