@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -82,8 +83,10 @@ class _Collect(asyncio.Protocol):
         self.closed.set()
 
 
-async def _pair() -> tuple[CoalescingTransport, asyncio.Transport, _Collect,
-                           asyncio.Server]:
+@contextlib.asynccontextmanager
+async def _pair() -> AsyncIterator[tuple[CoalescingTransport, asyncio.Transport, _Collect]]:
+    """A real loopback connection: the server side's transport wrapped (and the raw one),
+    and what the client side received. Everything is closed on exit."""
     loop = asyncio.get_running_loop()
     accepted: asyncio.Future[asyncio.Transport] = loop.create_future()
 
@@ -95,7 +98,12 @@ async def _pair() -> tuple[CoalescingTransport, asyncio.Transport, _Collect,
     port = server.sockets[0].getsockname()[1]
     client, collect = await loop.create_connection(_Collect, "127.0.0.1", port)
     raw = await accepted
-    return CoalescingTransport(raw, loop), raw, collect, server
+    try:
+        yield CoalescingTransport(raw, loop), raw, collect
+    finally:
+        raw.close()
+        client.close()
+        server.close()
 
 
 async def _settle() -> None:
@@ -104,8 +112,7 @@ async def _settle() -> None:
 
 
 async def test_writes_of_one_step_go_out_as_one_and_in_order() -> None:
-    wrapped, raw, collect, server = await _pair()
-    try:
+    async with _pair() as (wrapped, _, collect):
         wrapped.write(b"head\r\n")
         wrapped.write(memoryview(b"body-1"))
         assert collect.chunks == [] and wrapped.get_write_buffer_size() == 12
@@ -115,34 +122,24 @@ async def test_writes_of_one_step_go_out_as_one_and_in_order() -> None:
         wrapped.writelines([b"b", bytearray(b"c")])
         await _settle()
         assert collect.chunks[1:] == [b"abc"]
-    finally:
-        raw.close()
-        server.close()
 
 
 async def test_close_flushes_and_abort_drops() -> None:
-    wrapped, raw, collect, server = await _pair()
-    try:
+    async with _pair() as (wrapped, _, collect):
         wrapped.write(b"last words")
         wrapped.close()  # flushed before the transport closes
         await asyncio.wait_for(collect.closed.wait(), 5)
         assert b"".join(collect.chunks) == b"last words"
-    finally:
-        server.close()
-    wrapped, raw, collect, server = await _pair()
-    try:
+    async with _pair() as (wrapped, _, collect):
         wrapped.write(b"never sent")
         wrapped.abort()
         await asyncio.wait_for(collect.closed.wait(), 5)
         assert collect.chunks == []
-    finally:
-        server.close()
 
 
 @pytest.mark.parametrize("sizes", [[HOLD_MAX + 1], [HOLD_MAX // 2, HOLD_MAX // 2 + 10]])
 async def test_more_than_hold_max_passes_through_at_once(sizes: list[int]) -> None:
-    wrapped, raw, collect, server = await _pair()
-    try:
+    async with _pair() as (wrapped, raw, collect):
         for i, size in enumerate(sizes):
             wrapped.write(bytes([65 + i]) * size)
         # Nothing is held back past HOLD_MAX: the real transport has it already.
@@ -150,21 +147,14 @@ async def test_more_than_hold_max_passes_through_at_once(sizes: list[int]) -> No
         await _settle()
         got = b"".join(collect.chunks)
         assert got == b"".join(bytes([65 + i]) * s for i, s in enumerate(sizes))
-    finally:
-        raw.close()
-        server.close()
 
 
 async def test_a_held_buffer_is_sent_as_it_was_written() -> None:
     # A bytearray changed after write() returned goes out as it was when written (the
     # transport's own write copies too).
-    wrapped, raw, collect, server = await _pair()
-    try:
+    async with _pair() as (wrapped, _, collect):
         buffer = bytearray(b"first")
         wrapped.write(buffer)
         buffer[:] = b"XXXXX"
         await _settle()
         assert b"".join(collect.chunks) == b"first"
-    finally:
-        raw.close()
-        server.close()
