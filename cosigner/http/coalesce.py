@@ -86,14 +86,11 @@ class CoalescingTransport:
             return
         self._held = []
         self._size = 0
-        data = held[0] if len(held) == 1 else b"".join(held)
-        if not self._transport.is_closing():
-            self._transport.write(data)
-            return
         try:
-            self._transport.write(data)
+            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
         except RuntimeError:
-            pass
+            if not self._transport.is_closing():
+                raise
 
     def close(self) -> None:
         self.flush()
