@@ -281,6 +281,12 @@ def all_systems() -> list[System]:
                "request), SQLite, 1 process", CosignerDeployment("approval", tenant="bench"),
                DecideWorkload(expect="require_approval", amount=APPROVAL_AMOUNT,
                               mode="approval"), "floor"),
+        System("approval-join", "POST /v1/decisions require_approval (150000) repeated "
+               "in one run per wrk thread: each joins the open approval request of its "
+               "run, tool and args, SQLite, 1 process",
+               CosignerDeployment("approval-join", tenant="bench"),
+               DecideWorkload(expect="require_approval", amount=APPROVAL_AMOUNT,
+                              mode="join"), "floor"),
         System("redeem", "POST /v1/permits/redeem of pre-minted permits, SQLite, 1 process",
                CosignerDeployment("redeem", tenant="bench"), RedeemWorkload(), "floor"),
         System("lean-proto", "issue 20's study design rebuilt: POST /v1/decisions allow "

@@ -3,7 +3,9 @@
 --   tag     unique per wrk run, so ids never repeat across cells or rounds
 --   mode    "allow": one run id per thread (an agent run making many calls);
 --           "approval": a new run id per request, so no two requests join one pending
---           approval request (same tenant, run, tool and args hash would join).
+--           approval request (same tenant, run, tool and args hash would join);
+--           "join": one run id per thread, like "allow" (with a require_approval
+--           amount, every request after a thread's first joins its open request).
 -- Environment: BENCH_KEY (API key); BENCH_MINT_FILE (mint mode: append each permit
 -- token of an answer to <file>.<tid>, one per line, for redeem.lua).
 dofile(os.getenv("BENCH_LUA_DIR") .. "/report.lua")
