@@ -138,6 +138,5 @@ def answer(row: Any) -> Any:
     as SQLAlchemy rows give them)."""
     response = row.response
     if isinstance(response, compressed.RowBound):
-        return unpack(response.stored, (row.id, row.request_id, row.args_hash,
-                                        row.policy_revision, row.run_id))
+        return unpack(response.stored, tuple(getattr(row, name) for name in REF_COLUMNS))
     return response

@@ -26,6 +26,7 @@ from sqlalchemy import (
 from cosigner.db.compressed import ResponseJSON
 from cosigner.db.digest import Sha256Digest
 from cosigner.db.event_row import EventBody
+from cosigner.db.response_row import REF_COLUMNS
 from cosigner.db.sqlite_compact import HexId, Instant, UuidText
 
 metadata = MetaData()
@@ -84,6 +85,10 @@ decisions = Table(
     UniqueConstraint("tenant", "request_id", name="uq_decisions_tenant_request"),
     Index("ix_decisions_run", "tenant", "run_id"),
 )
+#: ``decisions.response`` and the columns its stored forms 3 and 7 refer to
+#: (:data:`cosigner.db.response_row.REF_COLUMNS`): what every reader of a stored answer
+#: selects, so that :func:`cosigner.db.response_row.answer` can resolve it.
+DECISION_ANSWER = (decisions.c.response, *(decisions.c[name] for name in REF_COLUMNS))
 
 permits = Table(
     "permits",

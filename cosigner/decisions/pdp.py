@@ -40,7 +40,7 @@ from cosigner.db.batch import Item, PgHooks, RawHooks, Write, savepoint_runner
 from cosigner.db.database import Database, UniqueViolation
 from cosigner.db.group_commit import GroupCommitter
 from cosigner.db.raw_insert import raw_sqlite
-from cosigner.db.tables import decisions
+from cosigner.db.tables import DECISION_ANSWER, decisions
 from cosigner.decisions import guard_sql
 from cosigner.decisions.plan import Assumed, Call, DecisionPlan
 from cosigner.identity.principals import Caller
@@ -213,19 +213,15 @@ async def _decided(conn: AsyncConnection, requests: set[tuple[str, str]]
     return found
 
 
-#: The response with the columns its stored form 3/7 refers to (cosigner.db.response_row).
-_DECIDED = select(decisions.c.request_id, decisions.c.request_hash, decisions.c.response,
-                  decisions.c.id, decisions.c.args_hash, decisions.c.policy_revision,
-                  decisions.c.run_id).where(
+#: The request hash and the stored answer with the columns it refers to.
+_DECIDED = select(decisions.c.request_hash, *DECISION_ANSWER).where(
     decisions.c.tenant == bindparam("tenant"),
     decisions.c.request_id.in_(bindparam("ids", expanding=True)))
 
 
 async def _existing(conn: AsyncConnection, tenant: str, request_id: str) -> Any:
     return (await conn.execute(
-        select(decisions.c.request_hash, decisions.c.response, decisions.c.id,
-               decisions.c.request_id, decisions.c.args_hash, decisions.c.policy_revision,
-               decisions.c.run_id).where(
+        select(decisions.c.request_hash, *DECISION_ANSWER).where(
             decisions.c.tenant == tenant, decisions.c.request_id == request_id)
     )).first()
 

@@ -25,7 +25,7 @@ from cosigner.audit.masking import mask_value
 from cosigner.core.clock import isoformat
 from cosigner.db import event_row, response_row
 from cosigner.db.database import Database
-from cosigner.db.tables import audit_events, decisions, permits
+from cosigner.db.tables import DECISION_ANSWER, audit_events, decisions, permits
 from cosigner.db.tables_approvals import approvals
 from cosigner.db.tables_runs import decision_outcomes
 
@@ -62,10 +62,8 @@ async def run_timeline(db: Database, *, tenant: str, run_id: str, now: datetime,
         total = int((await conn.execute(
             select(func.count()).select_from(decisions).where(*where))).scalar_one())
         rows = (await conn.execute(
-            select(decisions.c.id, decisions.c.tool, decisions.c.effect,
-                   decisions.c.args_hash, decisions.c.created_at, decisions.c.response,
-                   decisions.c.request_id, decisions.c.policy_revision,
-                   decisions.c.run_id)  # form 3/7's refs
+            select(decisions.c.tool, decisions.c.effect, decisions.c.created_at,
+                   *DECISION_ANSWER)
             .where(*where).order_by(decisions.c.created_at.desc(), decisions.c.id.desc())
             .limit(limit))).all()
         ids = [row.id for row in rows]
