@@ -16,6 +16,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -105,6 +106,9 @@ permits = Table(
     Column("expires_at", Instant, nullable=False),
     Column("redeemed_at", Instant, nullable=True),
     Column("revoked_at", Instant, nullable=True),
+    # permits.tokens.token_digest of the minted token (16 bytes): a redeem presenting
+    # exactly this token skips the Ed25519 check (0025). NULL on rows minted before.
+    Column("token_digest", LargeBinary(16), nullable=True),
     # Not WITHOUT ROWID: this index would then carry the 32-character jti instead of a
     # rowid, which costs more than the table's separate key index (measured: 377 vs 371
     # bytes per permit with indexes).

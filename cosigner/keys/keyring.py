@@ -55,7 +55,8 @@ from cosigner.keys.material import (
 )
 from cosigner.keys.signed_memo import SignedMemo
 
-__all__ = ["ALGORITHM", "ALGORITHMS", "KeyInfo", "Keyring", "KeyringError", "MAX_TOKEN_CHARS"]
+__all__ = ["ALGORITHM", "ALGORITHMS", "KeyInfo", "Keyring", "KeyringError", "MAX_TOKEN_CHARS",
+           "decode_payload"]
 
 logger = logging.getLogger(__name__)
 
@@ -340,24 +341,37 @@ class Keyring:
         return _decode_json_segment(segments[1], what="payload")
 
     def verify_recalled(self, token: str, *, typ: str, kind: type[T],
-                        now: datetime | None = None) -> dict[str, Any] | T:
+                        now: datetime | None = None,
+                        vouch: Callable[[str], object] | None = None
+                        ) -> dict[str, Any] | T:
         """:meth:`verify`, or the object of type ``kind`` attached to the token's signature
         when this process signed exactly this token with one (:meth:`sign_parts`'
         ``attach``): its payload is then not decoded again. Every other check of
         :meth:`verify` runs either way (the payload is then this process's own JSON).
 
+        ``vouch``: asked, after every check of the header and before the signature is
+        checked (when this process's memo does not hold it), with the token's payload
+        segment; it returns an object when the caller knows that this exact token (all
+        three segments) was made by this keyring, e.g. from a digest of the token
+        recorded when it was minted (cosigner.permits.redeem), else ``None``. With an
+        object, the signature check is skipped and the object stands for the payload as
+        the memo's does (of type ``kind``, it is returned). What ``vouch`` raises
+        propagates.
+
         Raises:
             PermitRefused: as :meth:`verify`.
         """
-        segments, attached = self._verified(token, typ, now)
+        segments, attached = self._verified(token, typ, now, vouch)
         if isinstance(attached, kind):
             return attached
         return _decode_json_segment(segments[1], what="payload")
 
-    def _verified(self, token: str, typ: str, now: datetime | None
+    def _verified(self, token: str, typ: str, now: datetime | None,
+                  vouch: Callable[[str], object] | None = None
                   ) -> tuple[list[str], object]:
         """The token's three segments once every check of :meth:`verify` but the
-        payload's decoding passed, and the object attached to its signature here."""
+        payload's decoding passed, and the object attached to its signature here (or
+        given by ``vouch``, :meth:`verify_recalled`)."""
         if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
             raise PermitRefused("token is not a compact JWS", code="malformed_permit")
         segments = token.split(".")
@@ -390,7 +404,7 @@ class Keyring:
         # checked directly (libsodium or cryptography): the header is already checked above, and
         # joserfc's compact deserialisation re-parsed it at several times the cost on the
         # redeem path (issue 20; tests/keys compare the outcomes with joserfc's).
-        return segments, _verify_eddsa(entry, segments, self._signed)
+        return segments, _verify_eddsa(entry, segments, self._signed, vouch)
 
 
 # --- helpers ----------------------------------------------------------------------------
@@ -417,13 +431,15 @@ def _plan(keys: Sequence[tuple[Ed25519Key, KeyInfo]], now: datetime
     return signer[0], signer[1].kid, entries, min(changes, default=None)
 
 
-def _verify_eddsa(entry: Entry, segments: list[str], signed: SignedMemo) -> object:
+def _verify_eddsa(entry: Entry, segments: list[str], signed: SignedMemo,
+                  vouch: Callable[[str], object] | None = None) -> object:
     """The Ed25519 signature of an ``Ed25519`` or ``EdDSA`` token (RFC 8037 §3.1: the same
     signature), checked with the entry's own check (libsodium or cryptography directly,
-    :func:`cosigner.keys.material.ed25519_verifier`), unless ``signed`` holds it: this
-    process made exactly that signature of exactly that input with the entry's key.
-    Returns the object ``signed`` holds with the signature (``None``: none, or not
-    held)."""
+    :func:`cosigner.keys.material.ed25519_verifier`), unless ``signed`` holds it (this
+    process made exactly that signature of exactly that input with the entry's key) or
+    ``vouch`` returns an object for the payload segment (the caller knows this exact
+    token was minted here, :meth:`Keyring.verify_recalled`). Returns the object
+    ``signed`` holds with the signature or ``vouch`` returned (``None``: none)."""
     if not _B64URL.fullmatch(segments[2]):
         raise PermitRefused("signature is not base64url", code="malformed_permit")
     if entry.check is None:  # not an Ed25519 key
@@ -433,6 +449,10 @@ def _verify_eddsa(entry: Entry, segments: list[str], signed: SignedMemo) -> obje
         vouched, attached = signed.recall(segments[2], entry.verify_key.x, message)
         if vouched:
             return attached
+        if vouch is not None:
+            attached = vouch(segments[1])
+            if attached is not None:
+                return attached
         valid = entry.check(_b64url_decode(segments[2]), message)
     except (binascii.Error, UnicodeEncodeError) as exc:
         raise PermitRefused("signature verification failed", code="bad_signature") from exc
@@ -487,6 +507,17 @@ def _strict_json(raw: bytes) -> Any:
             repeats.
     """
     return json.loads(raw, object_pairs_hook=_reject_duplicates)
+
+
+def decode_payload(segment: str) -> dict[str, Any]:
+    """A token's payload segment as :meth:`Keyring.verify` decodes it once the signature
+    is checked: base64url without padding (RFC 7515 §2, canonical spelling only) holding a
+    strict JSON object (duplicate members, NaN and out-of-range numbers refused).
+
+    Raises:
+        PermitRefused: ``malformed_permit``.
+    """
+    return _decode_json_segment(segment, what="payload")
 
 
 def _decode_json_segment(segment: str, *, what: str) -> dict[str, Any]:

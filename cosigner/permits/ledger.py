@@ -24,7 +24,7 @@ from cosigner.db.tables import permits as permits_table
 from cosigner.db.tables_approvals import call_inputs
 from cosigner.identity.principals import Caller
 from cosigner.keys.keyring import Keyring
-from cosigner.permits.tokens import mint_permit
+from cosigner.permits.tokens import mint_permit, token_digest
 
 
 def prepare_permit(
@@ -49,7 +49,8 @@ def prepare_permit(
     row = {"jti": claims.jti, "tenant": tenant, "decision_id": decision_id,
            "approval_id": approval_id, "run_id": run_id, "tool": tool,
            "args_hash": args_hash, "status": "issued", "issued_at": now,
-           "expires_at": expires_at, "redeemed_at": None, "revoked_at": None}
+           "expires_at": expires_at, "redeemed_at": None, "revoked_at": None,
+           "token_digest": token_digest(token)}
     event = Event(type="permit.minted", actor=actor, decision_id=decision_id,
                   approval_id=approval_id, permit_jti=claims.jti, run_id=run_id, tool=tool,
                   args_hash=args_hash, policy=policy,
