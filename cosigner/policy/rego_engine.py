@@ -44,7 +44,9 @@ remembered one ~3 µs in isolation, and allow-rego's request 371 → 243 µs.
 Thread safety: a rego-cpp interpreter holds its input as mutable state, so it is never
 shared between threads. ``evaluate`` is a coroutine that runs synchronously on the event
 loop thread without awaiting, so on one loop two evaluations cannot interleave; a lock
-additionally serializes callers from other threads (e.g. a CLI or a benchmark).
+additionally serializes callers from other threads (e.g. a CLI or a benchmark). The
+memo is read and written outside the lock: one ``dict`` lookup or store each, atomic
+under the GIL; two threads missing the same input both evaluate it and store equal texts.
 """
 
 from __future__ import annotations
