@@ -39,7 +39,7 @@ its output text, parsed again (a fresh value each time), without rego-cpp. Error
 never remembered. Session 13 (bench/README.md): an evaluation is ~85 µs in isolation and
 ~130 µs of CPU in the server (``bench/hot_cost.py --system allow-rego``: the query ~76,
 of which rego-cpp's VM ~70 % and building its output ~25 %; the input ~33); a
-remembered one ~3 µs in isolation, and allow-rego's request 371 → 243 µs.
+remembered one ~3 µs in isolation; allow-rego's request 377 → 251 µs at c=16.
 
 Thread safety: a rego-cpp interpreter holds its input as mutable state, so it is never
 shared between threads. ``evaluate`` is a coroutine that runs synchronously on the event
