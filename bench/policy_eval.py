@@ -4,7 +4,9 @@ No HTTP and no database: each reference bundle (``policies/refunds`` in Python r
 ``rego/refunds`` in Rego) is loaded the way the server loads it and evaluated on the
 allow, require_approval and deny refund inputs, engine alone (``run_bundle``: engine +
 result validation) and with the tool catalogue's schema check first (``evaluate_case``,
-as ``decide()`` does). Prints µs per evaluation and evaluations/s on one core::
+as ``decide()`` does). Prints µs per evaluation and evaluations/s on one core. The same
+input is evaluated again and again, so the Rego rows are the engine's result memo
+answering (session 13); ``--parts`` shows rego-cpp's own evaluation::
 
     .venv/bin/python bench/policy_eval.py [--seconds 1.0] [--parts]
 
@@ -12,8 +14,7 @@ as ``decide()`` does). Prints µs per evaluation and evaluations/s on one core::
 process CPU per step (best of 5 rounds of 1,000): the projection to the members the
 modules read, building and setting rego-cpp's input, the query of the entrypoint (its
 output read and parsed), a whole evaluation by rego-cpp and one answered by the engine's
-result memo (the input seen before; the engine columns of the first table are those),
-and regopy's own ``Interpreter.set_input`` and
+result memo (the input seen before), and regopy's own ``Interpreter.set_input`` and
 ``query_bundle_entrypoint`` for comparison.
 
 It puts the HTTP table of bench/run.py in proportion: a few µs here against
