@@ -15,7 +15,11 @@ another checkout with ``--code DIR`` (e.g. a ``git archive`` of main) to compare
 ``allow``: amount 5000 on a new run per request (an allow with its permit).
 ``redeem``: before each round, ``--n`` permits are minted through the allow path (not
 measured), then each is redeemed once. ``approval``: amount 150000 on a new run per
-request, so each opens its own approval request.
+request, so each opens its own approval request. ``allow-rego``: ``allow`` on the tenant
+that ``rego/refunds/manifest.toml`` maps to the embedded Rego bundle (what ``make bench``'s
+``allow-rego`` measures), so the decision is the Rego engine's. Every request gives the
+policy the same arguments (as ``decide.lua`` does); ``--distinct-args`` gives each its
+own ``order_id``, so no input repeats (the Rego engine's result memo never answers).
 
 ``--db sqlite`` (default): a fresh SQLite file per run. ``--db postgres``: a fresh
 database ``cosigner_hot_<pid>`` on the PostgreSQL server of ``--pg`` (default
@@ -52,13 +56,13 @@ ARGS = {"order_id": "ord_8472", "amount_minor": 5000, "currency": "USD",
         "reason_code": "duplicate_charge"}
 
 
-def _decision(tag: str, amount: int) -> bytes:
+def _decision(tag: str, amount: int, order_id: str = ARGS["order_id"]) -> bytes:
     return json.dumps({
         "request_id": "req-" + tag, "run": {"id": "run-" + tag, "step": 1},
         "principal": {"id": "customer-42", "type": "customer"},
         "initiator": {"id": "agent-support", "type": "agent"},
         "tool": {"name": "issue_refund", "side_effect": "financial"},
-        "args": dict(ARGS, amount_minor=amount), "context": {}},
+        "args": dict(ARGS, amount_minor=amount, order_id=order_id), "context": {}},
         separators=(",", ":")).encode()
 
 
@@ -71,14 +75,18 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path
     from cosigner.identity.principals import create_api_key
 
     db = Database(url)
-    key, _ = await create_api_key(db, tenant="bench", roles=["runtime"],
+    root = Path(args.code)
+    tenant = _rego_tenant(root) if args.system == "allow-rego" else "bench"
+    key, _ = await create_api_key(db, tenant=tenant, roles=["runtime"],
                                   subject="bench-runtime", clock=system_clock)
     await db.dispose()
-    root = Path(args.code)
     app = create_app(Settings(database_url=url, key_dir=keys, log_level="warning",
                               bundle_dirs=[root / "policies", root / "rego"],
                               permit_ttl_s=86400))
     auth = ("Bearer " + key).encode()
+    # allow-rego: every answer must name the Rego bundle (a fallback would measure Python).
+    want_policy = (b'"id":"' + _rego_id(root).encode() + b'"'
+                   if args.system == "allow-rego" else b"")
     failures: list[bytes] = []
 
     async def one(path: str, body: bytes) -> bytes:
@@ -107,7 +115,7 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path
             out.append(message)
 
         await app(scope, receive, send)
-        if out[0]["status"] != 200:
+        if out[0]["status"] != 200 or (want_policy and want_policy not in out[1]["body"]):
             failures.append(out[1]["body"][:200])
         return bytes(out[1]["body"])
 
@@ -126,8 +134,10 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path
                         "permit": made["permit"]["token"], "tool": "issue_refund",
                         "args": ARGS}).encode()))
             else:
-                amount = 5000 if args.system == "allow" else 150_000
-                work = [("/v1/decisions", _decision(f"{tag}-{i}", amount)) for i in range(n)]
+                amount = 150_000 if args.system == "approval" else 5000
+                work = [("/v1/decisions", _decision(f"{tag}-{i}", amount, f"ord_{i}{tag}"
+                                                    if args.distinct_args else ARGS["order_id"]))
+                        for i in range(n)]
             queue = iter(work)
 
             async def worker(queue: Any) -> None:
@@ -150,6 +160,20 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path
     if failures:
         sys.exit(f"{len(failures)} requests failed, e.g. {failures[0]!r}")
     return results
+
+
+def _rego_manifest(root: Path) -> dict[str, Any]:
+    import tomllib
+    return tomllib.loads((root / "rego" / "refunds" / "manifest.toml").read_text())
+
+
+def _rego_tenant(root: Path) -> str:
+    """The tenant ``root``'s Rego refund bundle is mapped to (as bench/systems.py reads it)."""
+    return next(t for t in _rego_manifest(root)["tenants"] if t != "*")
+
+
+def _rego_id(root: Path) -> str:
+    return str(_rego_manifest(root)["id"])
 
 
 async def _backends(url: str) -> list[int]:
@@ -201,12 +225,16 @@ async def _pg_admin(dsn: str, sql: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--system", choices=["allow", "redeem", "approval"], default="redeem")
+    parser.add_argument("--system", choices=["allow", "allow-rego", "redeem", "approval"],
+                        default="redeem")
     parser.add_argument("--code", default=str(Path(__file__).resolve().parent.parent),
                         help="the checkout to measure (its cosigner package is imported)")
     parser.add_argument("--n", type=int, default=1500)
     parser.add_argument("--c", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--distinct-args", action="store_true",
+                        help="allow/approval: a new order_id per request (no two requests "
+                             "give the policy the same input)")
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="with --db postgres: the server (and maintenance database)")
@@ -242,7 +270,9 @@ def main() -> int:
                 return _serve(args, url, tmp)
             finally:
                 asyncio.run(_pg_admin(args.pg, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    print(f"{args.system} {args.db} {Path(cosigner.__file__).parent.parent} c={args.c} n={args.n}: "
+    distinct = " distinct" if args.distinct_args else ""
+    print(f"{args.system}{distinct} {args.db} {Path(cosigner.__file__).parent.parent} "
+          f"c={args.c} n={args.n}: "
           "CPU µs/req " + " / ".join(f"{cpu:.0f}" for cpu, *_ in results)
           + "; wall req/s " + " / ".join(f"{rate:.0f}" for _, rate, *_ in results)
           + "; items/batch " + " / ".join(f"{size:.1f}" for _, _, size, _ in results)
@@ -261,6 +291,7 @@ def _serve(args: argparse.Namespace, url: str, tmp: str) -> int:
     barrier.mkdir()
     command = [sys.executable, __file__, "--system", args.system, "--code", args.code,
                "--n", str(args.n), "--c", str(args.c), "--rounds", str(args.rounds),
+               *(["--distinct-args"] if args.distinct_args else []),
                "--db", args.db, "--processes", str(args.processes), "--url", url,
                "--barrier", str(barrier)]
     children = [subprocess.Popen(command, env=env) for _ in range(args.processes)]

@@ -57,6 +57,8 @@ _SORTED = orjson.OPT_SORT_KEYS
 #: dataclasses and datetimes included.
 _PROVING = (orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS
             | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME)
+#: :data:`_PROVING` with keys in their order (:func:`exact_key`).
+_PROVING_ORDERED = _PROVING & ~orjson.OPT_SORT_KEYS
 #: A byte that starts a 4-byte UTF-8 sequence: a character beyond the BMP.
 _BEYOND_BMP = re.compile(b"[\xf0-\xff]")
 #: Bodies with more ``[`` and ``{`` bytes than this are parsed by the stdlib parser.
@@ -144,13 +146,30 @@ def canonical(value: Any) -> bytes | None:
     ``canonical._check`` refuses: floats, tuples, enums, UUIDs, fragments). Then
     ``canonical._check`` returns True and :func:`dumps_sorted` gives these same bytes.
     """
+    out = _proven(value, _PROVING)
+    if out is not None and not out.isascii() and _BEYOND_BMP.search(out):
+        return None
+    return out
+
+
+def exact_key(value: Any) -> bytes | None:
+    """Compact JSON bytes of an object or array, keys in their order, that name it among
+    values of exactly ``dict``, ``list``, ``str``, ``int``, ``bool`` or ``None`` (so two
+    values with equal bytes are equal, with the same key order); ``None`` when any value
+    under it is of another type (a float, a subclass, a tuple), a key is not exactly
+    ``str``, a string holds a lone surrogate, an integer is outside ±(2**53 − 1) or it
+    nests beyond orjson's limit. A cache key, not RFC 8785 (keys are not sorted)."""
+    return _proven(value, _PROVING_ORDERED)
+
+
+def _proven(value: Any, option: int) -> bytes | None:
+    """orjson's bytes of an object or array with ``option`` (:data:`_PROVING` or
+    :data:`_PROVING_ORDERED`) when it prints it and :func:`_exact` holds, else ``None``."""
     if type(value) is not dict and type(value) is not list:
         return None
     try:
-        out = orjson.dumps(value, default=_refuse, option=_PROVING)
+        out = orjson.dumps(value, default=_refuse, option=option)
     except orjson.JSONEncodeError:
-        return None
-    if not out.isascii() and _BEYOND_BMP.search(out):
         return None
     try:
         return out if _exact(value) else None

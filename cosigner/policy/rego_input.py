@@ -150,24 +150,28 @@ def set_input(interpreter: regopy.Interpreter, value: Any) -> None:
 
 
 def query_entrypoint(interpreter: regopy.Interpreter, bundle: regopy.Bundle,
-                     plan: bytes) -> list[list[Any]] | None:
-    """The expressions of each result of ``plan`` (``a/b/rule`` as UTF-8), as regopy's
-    ``Output.results[i].expressions`` would list them (``[]`` when undefined).
-
-    Returns ``None`` when the output is not ok (an evaluation error: conflicting
-    outputs, a strict builtin error, an unknown plan). Raises ``regopy.RegoError`` when
-    rego-cpp gives no output at all, and ``json.JSONDecodeError`` where regopy's
-    ``Output`` does (rego-cpp 1.5.2 writes control characters of strings unescaped).
-    """
+                     plan: bytes) -> str | None:
+    """rego-cpp's output text for ``plan`` (``a/b/rule`` as UTF-8), for
+    :func:`parse_output`; ``None`` when the output is not ok (an evaluation error:
+    conflicting outputs, a strict builtin error, an unknown plan). Raises
+    ``regopy.RegoError`` when rego-cpp gives no output at all."""
     output = _query(interpreter._impl, bundle._impl, plan)
     if not output:
         raise regopy.RegoError(rego_shared.rego_get_error(interpreter._impl))
     try:
         if not _output_ok(output):
             return None
-        text = rego_shared.rego_output_string(output)
+        text: str = rego_shared.rego_output_string(output)
     finally:
         _free_output(output)
+    return text
+
+
+def parse_output(text: str) -> list[list[Any]]:
+    """The expressions of each result of :func:`query_entrypoint`'s ``text``, as regopy's
+    ``Output.results[i].expressions`` would list them (``[[]]`` when undefined). Raises
+    ``json.JSONDecodeError`` where regopy's ``Output`` does (rego-cpp 1.5.2 writes control
+    characters of strings unescaped)."""
     if text == "undefined":
         return [[]]
     parsed = json.loads(text)

@@ -194,3 +194,40 @@ def test_compact_bodies_as_orjson_writes_them_agree(value: Any, extra: str | Non
     if extra is not None:
         body = b"[" + body + b"," + extra.encode() + b"]"
     assert_parsers_agree(body)
+
+
+def has_float(value: Any) -> bool:
+    if type(value) is dict:
+        return any(map(has_float, value.values()))
+    if type(value) is list:
+        return any(map(has_float, value))
+    return type(value) is float
+
+
+@MANY
+@given(a=VALUES, b=VALUES)
+def test_exact_key_names_a_value_with_its_types_and_key_order(a: Any, b: Any) -> None:
+    """Equal keys ⇔ the same value, types and key order included; no key with a float."""
+    if type(a) not in (dict, list):
+        a = [a]
+    key_a, key_b = fastjson.exact_key(a), fastjson.exact_key(b)
+    assert (key_a is None) == has_float(a)  # VALUES: safe integers, no lone surrogate
+    if key_a is not None:
+        assert orjson.loads(key_a) == a and same(orjson.loads(key_a), a)
+        assert key_a == json.dumps(a, ensure_ascii=False, separators=(",", ":")).encode()
+    if key_a is not None and key_b is not None:
+        assert (key_a == key_b) == same(a, b)
+
+
+def test_exact_key_refuses_what_it_cannot_name() -> None:
+    class Text(str):
+        pass
+
+    assert fastjson.exact_key({"a": 1.0}) is None
+    assert fastjson.exact_key({"a": Text("x")}) is None
+    assert fastjson.exact_key({"a": (1,)}) is None
+    assert fastjson.exact_key({"a": 2**53}) is None
+    assert fastjson.exact_key({"a": "\ud800"}) is None
+    assert fastjson.exact_key("a") is None
+    assert fastjson.exact_key({"a": True}) != fastjson.exact_key({"a": 1})
+    assert fastjson.exact_key({"a": 1, "b": 2}) != fastjson.exact_key({"b": 2, "a": 1})
