@@ -199,6 +199,13 @@ class ReadConnection:
 read_connection = ReadConnection
 
 
+def has_raw_reader(database: Any) -> bool:
+    """Whether :func:`read_connection` can read ``database`` on the raw driver (a SQLite
+    file; not PostgreSQL or an in-memory SQLite). It may still give ``None`` when its
+    connection is in use or on another thread."""
+    return _reader(database) is not None
+
+
 def close_reader(database: Any) -> None:
     """Close ``database``'s read connection, if one was opened (on dispose)."""
     reader = database.__dict__.get("_raw_reader")

@@ -35,7 +35,7 @@ from cosigner.core.settings import Settings
 from cosigner.db.batch import NeedsCore, RawWork, Write
 from cosigner.db.database import Database
 from cosigner.db.group_commit import GroupCommitter
-from cosigner.db.raw_sql import RawStatement, read_connection
+from cosigner.db.raw_sql import RawStatement, has_raw_reader, read_connection
 from cosigner.db.tables import permits as permits_table
 from cosigner.db.tables_approvals import approvals, call_inputs, reviews, standing_approvals
 from cosigner.identity.principals import Caller
@@ -43,6 +43,7 @@ from cosigner.permits.ledger import permit_row
 from cosigner.permits.tokens import (
     PermitClaims,
     check_binding,
+    stated_claims,
     token_digest,
     verify_permit_token,
 )
@@ -109,13 +110,16 @@ async def _verify(deps: AppContext, token: str, now: datetime,
 
 
 class _MintedRead:
-    """The permit row's read on the raw SQLite driver done *before* the signature check,
-    so the row's ``token_digest`` can vouch for the token (:func:`verify_permit_token`'s
-    ``minted``): when the presented text is the minted token byte for byte, its
-    signature is the one the server made, and libsodium's check (~45–75 µs, the largest
-    cost of a redeem whose permit this process's memo no longer holds) is skipped. The
-    read keyed by the claims the payload states is kept, and used after verification
-    when the verified claims name the same permit (they are the same payload's)."""
+    """The permit row's read done *before* the signature check, so the row's
+    ``token_digest`` can vouch for the token (:func:`verify_permit_token`'s ``minted``):
+    when the presented text is the minted token byte for byte, its signature is the one
+    the server made, and libsodium's check (~45–75 µs, the largest cost of a redeem
+    whose permit this process's memo does not hold: minted long ago, or by another
+    replica) is skipped. On a SQLite file the row is read on the raw driver when the
+    keyring asks (the memo missed); on the SQLAlchemy path (PostgreSQL) by
+    :meth:`prefetch` before verification. The read, keyed by the claims the payload
+    states, is kept and used after verification when the verified claims name the same
+    permit (they are the same payload's)."""
 
     __slots__ = ("db", "key", "read", "tenant", "token")
 
@@ -124,12 +128,20 @@ class _MintedRead:
         self.key: tuple[str, str, str | None] | None = None
         self.read: _Read | None = None
 
+    async def prefetch(self) -> None:
+        """Read the row the payload names through the SQLAlchemy path's shared reads
+        (:class:`_Reads`), when the payload parses and names the caller's tenant."""
+        stated = stated_claims(self.token)
+        if stated is not None and stated.tenant == self.tenant:
+            self.read = await _reads(self.db).read(self.tenant, stated)
+            self.key = (stated.jti, stated.decision_id, stated.approval_id)
+
     def __call__(self, stated: PermitClaims) -> bool:
         if stated.tenant != self.tenant:
             return False  # another tenant's permit: refused after the signature check
-        read = _read_raw(self.db, self.tenant, stated)
+        read = self.of(stated) or _read_raw(self.db, self.tenant, stated)
         if read is None:
-            return False  # not a SQLite file: read after verification, as before
+            return False  # nothing read here: read after verification, as before
         self.key, self.read = (stated.jti, stated.decision_id, stated.approval_id), read
         row = read[0]
         return (row is not None and row.token_digest is not None
@@ -190,6 +202,8 @@ async def _redeem(deps: AppContext, caller: Caller, *, token: str, tool: str,
     claims: PermitClaims | None = None
     minted = _MintedRead(deps.db, caller.tenant, token)
     try:
+        if not has_raw_reader(deps.db):
+            await minted.prefetch()
         claims = await _verify(deps, token, now, minted)
         check_binding(claims, tenant=caller.tenant, tool=tool, args_hash=presented_hash)
         read = minted.of(claims) or _read_raw(deps.db, caller.tenant, claims)
@@ -407,7 +421,7 @@ async def _read_on(conn: AsyncConnection, tenant: str, jti: str, decision_id: st
         found = (await conn.execute(_COUNTED_ROLES, {
             "approval_id": approval_id})).scalars().all()
         counted = [str(role) for role in found]
-    return _PermitState(row.status, row.expires_at), stored, counted
+    return _PermitState(row.status, row.expires_at, row.token_digest), stored, counted
 
 
 _ReadKey = tuple[str, str, str, str | None]  # tenant, jti, decision id, approval id

@@ -22,7 +22,7 @@ from cosigner.core.clock import numeric_date
 from cosigner.core.errors import PermitRefused
 from cosigner.core.ids import new_hex_id
 from cosigner.db import compressed
-from cosigner.keys.keyring import Keyring, decode_payload
+from cosigner.keys.keyring import MAX_TOKEN_CHARS, Keyring, decode_payload
 
 __all__ = [
     "PERMIT_TYP",
@@ -31,6 +31,7 @@ __all__ = [
     "PolicyRef",
     "check_binding",
     "mint_permit",
+    "stated_claims",
     "token_digest",
     "verify_permit_token",
 ]
@@ -175,6 +176,22 @@ def token_digest(token: str) -> bytes:
         UnicodeEncodeError: ``token`` is not ASCII (no compact JWS is).
     """
     return hashlib.sha256(token.encode("ascii")).digest()[:16]
+
+
+def stated_claims(token: str) -> PermitClaims | None:
+    """The claims a compact token's payload states, parsed as :func:`verify_permit_token`
+    parses them but **not verified** (no header, signature or time check): ``None`` when
+    it is not three segments or its payload does not parse. Only for finding the row a
+    token names before verifying it (cosigner.permits.redeem)."""
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
+        return None
+    segments = token.split(".")
+    if len(segments) != 3:
+        return None
+    try:
+        return _parse_claims(decode_payload(segments[1]))
+    except PermitRefused:
+        return None
 
 
 def verify_permit_token(
