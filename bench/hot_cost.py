@@ -20,6 +20,9 @@ that ``rego/refunds/manifest.toml`` maps to the embedded Rego bundle (what ``mak
 ``allow-rego`` measures), so the decision is the Rego engine's. Every request gives the
 policy the same arguments (as ``decide.lua`` does); ``--distinct-args`` gives each its
 own ``order_id``, so no input repeats (the Rego engine's result memo never answers).
+``join``: amount 150000, one run per concurrent task (as ``decide.lua``'s ``join`` mode,
+one per wrk thread), so each task's first request opens an approval request and every
+later one joins it (``approval-join`` of ``bench/run.py``).
 
 ``--db sqlite`` (default): a fresh SQLite file per run. ``--db postgres``: a fresh
 database ``cosigner_hot_<pid>`` on the PostgreSQL server of ``--pg`` (default
@@ -56,9 +59,11 @@ ARGS = {"order_id": "ord_8472", "amount_minor": 5000, "currency": "USD",
         "reason_code": "duplicate_charge"}
 
 
-def _decision(tag: str, amount: int, order_id: str = ARGS["order_id"]) -> bytes:
+def _decision(tag: str, amount: int, order_id: str = ARGS["order_id"],
+              run: str | None = None) -> bytes:
+    """A decision request ``req-<tag>`` in run ``run-<run>`` (default: ``run-<tag>``)."""
     return json.dumps({
-        "request_id": "req-" + tag, "run": {"id": "run-" + tag, "step": 1},
+        "request_id": "req-" + tag, "run": {"id": "run-" + (run or tag), "step": 1},
         "principal": {"id": "customer-42", "type": "customer"},
         "initiator": {"id": "agent-support", "type": "agent"},
         "tool": {"name": "issue_refund", "side_effect": "financial"},
@@ -133,12 +138,20 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path
                     work.append(("/v1/permits/redeem", json.dumps({
                         "permit": made["permit"]["token"], "tool": "issue_refund",
                         "args": ARGS}).encode()))
+            elif args.system == "join":
+                # One run per worker (decide.lua's "join" mode, one per wrk thread): a
+                # worker's first request opens the approval request, the rest join it.
+                work = [("/v1/decisions", _decision(f"{tag}-{i}", 150_000,
+                                                    run=f"{tag}-w{i % args.c}"))
+                        for i in range(n)]
             else:
                 amount = 150_000 if args.system == "approval" else 5000
                 work = [("/v1/decisions", _decision(f"{tag}-{i}", amount, f"ord_{i}{tag}"
                                                     if args.distinct_args else ARGS["order_id"]))
                         for i in range(n)]
-            queue = iter(work)
+            shared = iter(work)
+            queues = ([iter(work[w::args.c]) for w in range(args.c)]
+                      if args.system == "join" else [shared] * args.c)
 
             async def worker(queue: Any) -> None:
                 for path, body in queue:
@@ -149,7 +162,7 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path
             backends = await _backends(url)
             server = _cpu_s(backends)
             started, wall = time.process_time(), time.perf_counter()
-            await asyncio.gather(*(worker(queue) for _ in range(args.c)))
+            await asyncio.gather(*(worker(queue) for queue in queues))
             if round_no:
                 results.append(((time.process_time() - started) / n * 1e6,
                                 n / (time.perf_counter() - wall),
@@ -225,7 +238,8 @@ async def _pg_admin(dsn: str, sql: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--system", choices=["allow", "allow-rego", "redeem", "approval"],
+    parser.add_argument("--system", choices=["allow", "allow-rego", "redeem", "approval",
+                                             "join"],
                         default="redeem")
     parser.add_argument("--code", default=str(Path(__file__).resolve().parent.parent),
                         help="the checkout to measure (its cosigner package is imported)")

@@ -16,11 +16,12 @@ from functools import lru_cache
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, literal_column, select, text
+from sqlalchemy import bindparam, select, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from cosigner.approvals.joining import PENDING_CALL, join_raw
 from cosigner.approvals.requests import (
     SYSTEM_ACTOR,
     event,
@@ -73,12 +74,7 @@ class CallFacts:
     reasons: list[dict[str, str]]
 
 
-_PENDING_FOR_CALL = select(approvals).where(
-    approvals.c.tenant == bindparam("tenant"), approvals.c.run_id == bindparam("run_id"),
-    approvals.c.tool == bindparam("tool"), approvals.c.args_hash == bindparam("args_hash"),
-    # A literal status, as the partial index uq_approvals_pending_call's WHERE (a bound
-    # one made SQLite re-prepare the statement at each execution).
-    approvals.c.status == literal_column("'pending'"))
+_PENDING_FOR_CALL = select(approvals).where(*PENDING_CALL)
 
 
 async def _pending_for_call(conn: AsyncConnection, call: CallFacts) -> Any:
@@ -152,17 +148,22 @@ def open_request_raw(raw: sqlite3.Connection, dialect: Dialect, settings: Settin
                      opened_by: dict[str, Any], now: datetime
                      ) -> tuple[dict[str, Any], list[Event]]:
     """:func:`open_request` (kind ``policy``) on a raw batch transaction's ``sqlite3``
-    connection, for its common case: a new request and no webhook to queue.
+    connection, for its common cases: a new request with no webhook to queue, or a join
+    of a pending twin that is not due (:func:`cosigner.approvals.joining.join_raw`).
 
     Raises:
-        NeedsCore: a pending twin exists (join it), or the tenant has webhook receivers
-            (:func:`open_request` does both).
+        NeedsCore: a new request and the tenant has webhook receivers (a join notifies
+            nobody), or a due twin to expire or escalate first (:func:`open_request` does
+            both).
     """
-    if outbox.targets(settings, call.tenant):
-        raise NeedsCore
     values = _pending_values(call, requirement, opened_by, now, "policy", None)
     if not _INSERT_PENDING_RAW.run(raw, dialect, values)[0]:
-        raise NeedsCore
+        return join_raw(raw, dialect, tenant=call.tenant, run_id=call.run_id,
+                        tool=call.tool, args_hash=call.args_hash,
+                        decision_id=call.decision_id, opened_by=opened_by,
+                        public_url=settings.public_url, now=now)
+    if outbox.targets(settings, call.tenant):
+        raise NeedsCore  # undone with the raw transaction: open_request notifies
     _, brief, requested = _opened(values, requirement, settings, now)
     return brief, [requested]
 

@@ -81,7 +81,7 @@ Work = Callable[[AsyncConnection], Awaitable[Write]]
 
 class NeedsCore(Exception):
     """Raised by a :class:`RawWork`'s ``raw`` when the case is not one it handles on the
-    driver (rare states: a revoke, a contract to count, a twin to join): the raw
+    driver (rare states: a revoke, a contract to count, a due approval twin to expire): the raw
     transaction is rolled back and the batch runs again on the SQLAlchemy path."""
 
 

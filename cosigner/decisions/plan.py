@@ -185,12 +185,12 @@ class DecisionPlan(NamedTuple):
     def apply_raw(self, raw: sqlite3.Connection, dialect: Dialect) -> Write:
         """:meth:`apply` on a raw batch transaction's ``sqlite3`` connection, for what
         :meth:`item` gives it (a ``require_approval`` outside any known contract, no
-        standing approvals): its common case, a new request in a run with no contract
-        and no standing rejection of the call.
+        standing approvals): its common cases, a new request or a join of a pending
+        one, in a run with no contract and no standing rejection of the call.
 
         Raises:
-            NeedsCore: anything else (a rejection, a contract, a pending twin, webhooks):
-                :meth:`apply` decides it.
+            NeedsCore: anything else (a rejection, a contract, a due twin, webhooks on a
+                new request): :meth:`apply` decides it.
         """
         response = self.initial_response()
         tool = self.call.tool["name"]

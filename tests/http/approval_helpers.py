@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import textwrap
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from cosigner.core.clock import Clock
 from tests.conftest import Harness, decision_request
 
 FINANCE = {"require": [{"role": "finance", "count": 1}], "timeout_ms": 600_000,
@@ -37,6 +39,15 @@ def write_scripted_bundle(root: Path, *, review: bool = True,
     (folder / "manifest.toml").write_text(manifest)
     (folder / "rules.py").write_text(f"def decide(input):\n    {rules}\n")
     return root
+
+
+async def scripted_harness(harness_factory: Callable[..., Any], tmp_path: Path, *,
+                           clock: Clock | None = None, **settings: Any) -> Harness:
+    """A harness on the scripted bundle (:func:`write_scripted_bundle`, under
+    ``tmp_path``), on ``clock`` when given, with ``settings`` overridden."""
+    h: Harness = await harness_factory(
+        clock=clock, bundle_dirs=[write_scripted_bundle(tmp_path / "b")], **settings)
+    return h
 
 
 def scripted(result: dict[str, Any], *, args: dict[str, Any] | None = None,

@@ -21,8 +21,8 @@ from tests.http.approval_helpers import (
     redeem,
     review,
     scripted,
+    scripted_harness,
     state,
-    write_scripted_bundle,
 )
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -45,9 +45,7 @@ def escalating(*, finance: int = 1, stages: int = 2) -> dict[str, Any]:
 async def clocked(harness_factory: Callable[..., Any], tmp_path: Path
                   ) -> tuple[Harness, FrozenClock]:
     clock = FrozenClock(T0)
-    h: Harness = await harness_factory(clock=clock,
-                                       bundle_dirs=[write_scripted_bundle(tmp_path / "b")])
-    return h, clock
+    return await scripted_harness(harness_factory, tmp_path, clock=clock), clock
 
 
 async def event_types(h: Harness, tenant: str) -> list[str]:

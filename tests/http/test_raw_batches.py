@@ -5,57 +5,18 @@ SQLAlchemy way, which still serves every case the raw twin hands back (NeedsCore
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from cosigner.audit.chain import verify_bodies
 from cosigner.db.batch import NeedsCore
 from cosigner.db.tables import audit_events, permits
-from cosigner.db.tables_approvals import approvals, call_inputs
 from cosigner.decisions.plan import DecisionPlan
 from cosigner.permits import redeem as redeem_module
 from tests.conftest import Harness, decision_request
 from tests.http.approval_helpers import decide, redeem, refund_args
-
-#: Members that differ between two decisions of the same call (ids, times, the run).
-_VARYING = {"id", "decision_id", "request_id", "approval_id", "run_id", "created_at",
-            "expires_at", "review_url", "time", "seq", "prev_hash", "hash", "run", "subject",
-            "trace_id", "eval_us", "permit_jti"}
-
-
-def _same(value: Any) -> Any:
-    """``value`` without the members that differ between two decisions."""
-    if isinstance(value, dict):
-        return {k: _same(v) for k, v in value.items() if k not in _VARYING}
-    if isinstance(value, list):
-        return [_same(v) for v in value]
-    return value
-
-
-async def _written(h: Harness, tenant: str, decision_id: str) -> dict[str, Any]:
-    async with h.db.read() as conn:
-        approval = (await conn.execute(select(approvals).where(
-            approvals.c.tenant == tenant, approvals.c.decision_id == decision_id))).one()
-        stored = (await conn.execute(select(call_inputs.c.input, call_inputs.c.mask).where(
-            call_inputs.c.tenant == tenant,
-            call_inputs.c.decision_id == decision_id))).one()
-        events = (await conn.execute(select(audit_events.c.type, audit_events.c.body).where(
-            audit_events.c.tenant == tenant, audit_events.c.decision_id == decision_id)
-            .order_by(audit_events.c.seq))).all()
-    return {"approval": _same(dict(approval._mapping)),
-            "input": _same(stored.input), "mask": stored.mask,
-            "events": [(e.type, _same(json.loads(e.body))) for e in events]}
-
-
-async def _chain_holds(h: Harness, tenant: str) -> None:
-    async with h.db.read() as conn:
-        rows = (await conn.execute(select(audit_events.c.body, audit_events.c.hash)
-                                   .where(audit_events.c.tenant == tenant)
-                                   .order_by(audit_events.c.seq))).all()
-    assert verify_bodies([(r.body, r.hash) for r in rows]) == (None, None)
+from tests.http.raw_rows import chain_holds, same, written
 
 
 async def test_require_approval_raw_writes_what_the_sqlalchemy_way_writes(
@@ -80,17 +41,17 @@ async def test_require_approval_raw_writes_what_the_sqlalchemy_way_writes(
     by_core = await decide(harness, runtime, decision_request(
         run={"id": "run-core"}, args=refund_args(150_000)))
     assert by_raw["effect"] == by_core["effect"] == "require_approval"
-    assert _same(by_raw) == _same(by_core)
+    assert same(by_raw) == same(by_core)
     assert by_raw["approval"]["review_url"].endswith(by_raw["approval"]["id"])
-    raw_rows = await _written(harness, tenant, by_raw["decision_id"])
-    core_rows = await _written(harness, tenant, by_core["decision_id"])
+    raw_rows = await written(harness, tenant, by_raw["decision_id"])
+    core_rows = await written(harness, tenant, by_core["decision_id"])
     assert [t for t, _ in raw_rows["events"]] == ["decision.made", "approval.requested"]
     assert raw_rows == core_rows
     # The same call again joins the pending request (the raw twin hands it back).
     monkeypatch.setattr(DecisionPlan, "apply_raw", real)
     again = await decide(harness, runtime, {**body, "request_id": "req-again"})
     assert again["approval"]["id"] == by_raw["approval"]["id"]
-    await _chain_holds(harness, tenant)
+    await chain_holds(harness, tenant)
 
 
 async def test_redeem_raw_is_single_use_and_logged(harness: Harness, tenant: str,
@@ -117,7 +78,7 @@ async def test_redeem_raw_is_single_use_and_logged(harness: Harness, tenant: str
     states, kinds = await _permit_outcomes(harness, tenant)
     assert sorted(states) == ["redeemed"] * 3
     assert sorted(kinds) == ["permit.redeemed"] * 3 + ["permit.refused"] * 9
-    await _chain_holds(harness, tenant)
+    await chain_holds(harness, tenant)
     if harness.db.is_sqlite:  # the single-use UPDATE ran on the driver, rowcount 1 or 0
         assert sorted(ran) == [0] * 9 + [1] * 3
     else:
@@ -169,7 +130,7 @@ async def test_review_needs_core_after_a_raw_redeem_keeps_single_use(
     states, kinds = await _permit_outcomes(harness, tenant)
     assert sorted(states) == ["redeemed"] * 2
     assert sorted(kinds) == ["permit.redeemed"] * 2
-    await _chain_holds(harness, tenant)
+    await chain_holds(harness, tenant)
     if harness.db.is_sqlite:  # the UPDATE ran raw, then the batch was handed back
         assert order == ["update:1", "needs-core"], order
         assert harness.context.log_writer.stats.batches - before == 1  # one batch
