@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import select
 
 from cosigner.db.tables import audit_events
-
 from tests.conftest import Harness, decision_request
 from tests.http.approval_helpers import decide, redeem, refund_args
 
@@ -23,7 +22,8 @@ def _b64(data: bytes) -> str:
 
 def _payload(token: str) -> dict[str, Any]:
     segment = token.split(".")[1]
-    loaded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
+    padded = segment + "=" * (-len(segment) % 4)
+    loaded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(padded))
     return loaded
 
 
