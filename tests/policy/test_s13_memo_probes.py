@@ -1,0 +1,39 @@
+"""Session 13 adversarial probes of the Rego result memo: modules that read the clock
+through spellings the purity scan did not see must never be answered from the memo."""
+
+from __future__ import annotations
+
+import pytest
+
+from cosigner.policy.rego_engine import RegoEngine
+from cosigner.policy.rego_memo import is_pure
+
+
+@pytest.mark.parametrize("call", [
+    "time. # a comment\n  now_ns()",
+    "time # a comment\n  .now_ns()",
+    '$"{time.now_ns()}"',
+    "$`{time.now_ns()}`",
+    'time["now_ns"]()',
+    'time[ "now_ns" ] ( )',
+])
+def test_s13_clock_read_through_a_spelling_the_scan_missed(call: str) -> None:
+    """rego-cpp 1.5.2 runs each spelling as a call of ``time.now_ns``: the modules are
+    impure, and every evaluation reads the clock again (before the fix: one remembered
+    value for every later evaluation of the same input)."""
+    source = ('package cosigner.test\n\nimport rego.v1\n\n'
+              'decision := {"effect": "allow", "reasons": [sprintf("%v", [x])], '
+              f'"a": input.a}}\n\nx := {call}\n')
+    assert not is_pure({"p.rego": source})
+    engine = RegoEngine.from_files({"p.rego": source.encode()},
+                                   entrypoint="data.cosigner.test.decision", where="t")
+    assert engine.memo is None
+    seen = {engine.evaluate_sync({"a": 1})["reasons"][0] for _ in range(3)}
+    assert len(seen) == 3
+
+
+def test_s13_strings_and_comments_that_only_look_opaque_stay_pure() -> None:
+    """Brackets in a reference that is not called, and ``$`` or ``](`` inside strings and
+    comments, do not make modules impure."""
+    assert is_pure({"a.rego": 'package a\n\nx := input.a[0]\ny := "$\\"{time.now_ns()}"\n'
+                              '# f]( and $"\nz := count(input.b["c"])\n'})
