@@ -84,6 +84,17 @@ def is_pure(sources: dict[str, str]) -> bool:
     return True
 
 
+def without_comments(source: str) -> str:
+    """``source`` with each comment a space; strings and raw strings (a ``#`` in one is
+    no comment) kept as they are."""
+    return _NOISE.sub(_comment_out, source)
+
+
+def _comment_out(noise: re.Match[str]) -> str:
+    text = noise.group()
+    return " " if text.startswith("#") else text
+
+
 def _blank(noise: re.Match[str]) -> str:
     """A string as an empty one; a comment as a space."""
     return " " if noise.group().startswith("#") else '""'

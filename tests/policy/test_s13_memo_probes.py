@@ -37,3 +37,22 @@ def test_s13_strings_and_comments_that_only_look_opaque_stay_pure() -> None:
     comments, do not make modules impure."""
     assert is_pure({"a.rego": 'package a\n\nx := input.a[0]\ny := "$\\"{time.now_ns()}"\n'
                               '# f]( and $"\nz := count(input.b["c"])\n'})
+
+
+@pytest.mark.parametrize("body", [
+    "deny if {\n  x := `#`; input.args.amount > 100\n}\n",
+    "deny if {\n  x := `a\n#`; input.args.amount > 100\n}\n",
+])
+def test_s13_an_input_member_read_after_a_hash_in_a_raw_string_is_passed(body: str) -> None:
+    """The members the memo is keyed by (and rego-cpp is given) are those
+    ``input_keys`` finds; a ``#`` inside a raw string starts no comment, so ``input.args``
+    after it is read. Before the fix ``args`` was dropped from the input and the deny
+    rule could not fire: allow (fail open)."""
+    source = ('package cosigner.test\n\nimport rego.v1\n\n'
+              'default decision := {"effect": "allow"}\n'
+              'decision := {"effect": "deny"} if deny\n' + body)
+    engine = RegoEngine.from_files({"p.rego": source.encode()},
+                                   entrypoint="data.cosigner.test.decision", where="t")
+    for _ in range(2):  # rego-cpp, then the memo
+        assert engine.evaluate_sync({"args": {"amount": 500}}) == {"effect": "deny"}
+        assert engine.evaluate_sync({"args": {"amount": 5}}) == {"effect": "allow"}
