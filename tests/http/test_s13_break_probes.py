@@ -32,6 +32,7 @@ from tests.http.approval_helpers import (
     state,
 )
 from tests.http.raw_rows import chain_holds
+from tests.http.test_raw_join import Ways
 
 
 def _b64(data: bytes) -> str:
@@ -234,3 +235,31 @@ async def test_s13_a_database_error_in_the_pre_read_is_503_and_consumes_nothing(
     broken["on"] = False
     ok = await redeem(harness, runtime, token, "issue_refund", refund_args(5000))
     assert ok.status_code == 200, ok.text
+
+
+async def test_s13_joins_in_a_run_with_a_contract_are_counted_the_sqlalchemy_way(
+        sh: Harness, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run with a contract (tool limit 2) sends the same require_approval call 5 times
+    in one batch: the raw path never joins there (the contract's counters are the
+    SQLAlchemy way's), and the answers are those of the SQLAlchemy way alone."""
+    runtime = await sh.headers(tenant, "runtime")
+    answers: dict[str, list[tuple[str, int]]] = {}
+    for way in ("raw", "core"):
+        ways = Ways(monkeypatch)
+        ways.force_core = way == "core"
+        run = f"run-contract-{way}"
+        resp = await sh.client.post("/v1/runs", headers=runtime, json={
+            "run_id": run, "allowed_tools": ["delete_file"],
+            "tool_limits": {"delete_file": 2}, "budget": {"max_tool_calls": 2},
+            "deadline": "2100-01-01T00:00:00Z"})
+        assert resp.status_code in (200, 201), resp.text
+        body = scripted(needs(("finance", 1)), run=run)
+        got = await asyncio.gather(*(decide(sh, runtime, {**body, "request_id": f"{way}-{i}"})
+                                     for i in range(5)))
+        assert "join_raw" not in ways.take()
+        ids = {a["approval"]["id"] for a in got if a["approval"]}
+        assert len(ids) <= 1
+        answers[way] = sorted((a["effect"], len(a["reasons"])) for a in got)
+        monkeypatch.undo()
+    assert answers["raw"] == answers["core"], answers
+    await chain_holds(sh, tenant)
