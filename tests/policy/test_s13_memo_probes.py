@@ -56,3 +56,35 @@ def test_s13_an_input_member_read_after_a_hash_in_a_raw_string_is_passed(body: s
     for _ in range(2):  # rego-cpp, then the memo
         assert engine.evaluate_sync({"args": {"amount": 500}}) == {"effect": "deny"}
         assert engine.evaluate_sync({"args": {"amount": 5}}) == {"effect": "allow"}
+
+
+def test_s13_threads_and_a_full_memo_give_rego_cpps_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight threads evaluate inputs equal as JSON text but not as values (1, 1.0, true,
+    "1"; key orders) on one engine whose memo is cleared every few entries: every answer
+    is what an engine without a memo gives for that input."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cosigner.policy import rego_memo
+
+    monkeypatch.setattr(rego_memo, "MAX_ENTRIES", 3)
+    source = ('package cosigner.test\n\nimport rego.v1\n\n'
+              'decision := {"effect": "allow", "reasons": [json.marshal(input.a), '
+              'sprintf("%v", [input.a])]}\n')
+    engine = RegoEngine.from_files({"p.rego": source.encode()},
+                                   entrypoint="data.cosigner.test.decision", where="t")
+    plain = RegoEngine.from_files({"p.rego": source.encode()},
+                                  entrypoint="data.cosigner.test.decision", where="t")
+    plain.memo = None
+    assert engine.memo is not None
+    inputs: list[dict[str, object]] = [
+        {"a": 1}, {"a": 1.0}, {"a": True}, {"a": "1"}, {"a": {"x": 1, "y": 2}},
+        {"a": {"y": 2, "x": 1}}, {"a": [1, 2]}, {"a": [2, 1]}, {"a": None}]
+    expected = [plain.evaluate_sync(doc) for doc in inputs]
+
+    def run(seed: int) -> list[bool]:
+        return [engine.evaluate_sync(inputs[(seed + i) % len(inputs)])
+                == expected[(seed + i) % len(inputs)] for i in range(200)]
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(all(ok) for ok in pool.map(run, range(8)))
