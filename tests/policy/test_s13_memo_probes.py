@@ -79,7 +79,7 @@ def test_s13_threads_and_a_full_memo_give_rego_cpps_answers(
     assert engine.memo is not None
     inputs: list[dict[str, object]] = [
         {"a": 1}, {"a": 1.0}, {"a": True}, {"a": "1"}, {"a": {"x": 1, "y": 2}},
-        {"a": {"y": 2, "x": 1}}, {"a": [1, 2]}, {"a": [2, 1]}, {"a": None}]
+        {"a": {"y": 2, "x": 1}}, {"a": "x"}, {"a": None}]
     expected = [plain.evaluate_sync(doc) for doc in inputs]
 
     def run(seed: int) -> list[bool]:
