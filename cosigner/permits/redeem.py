@@ -130,15 +130,17 @@ class _MintedRead:
 
     async def prefetch(self) -> None:
         """Read the row the payload names through the SQLAlchemy path's shared reads
-        (:class:`_Reads`), when the payload parses and names the caller's tenant."""
+        (:class:`_Reads`), when the payload parses, names the caller's tenant and ids
+        the database can bind (:func:`_readable`)."""
         stated = stated_claims(self.token)
-        if stated is not None and stated.tenant == self.tenant:
+        if stated is not None and stated.tenant == self.tenant and _readable(stated):
             self.read = await _reads(self.db).read(self.tenant, stated)
             self.key = (stated.jti, stated.decision_id, stated.approval_id)
 
     def __call__(self, stated: PermitClaims) -> bool:
-        if stated.tenant != self.tenant:
-            return False  # another tenant's permit: refused after the signature check
+        if stated.tenant != self.tenant or not _readable(stated):
+            return False  # another tenant's permit, or ids no permit has: refused after
+            # the signature check, as before
         read = self.of(stated) or _read_raw(self.db, self.tenant, stated)
         if read is None:
             return False  # nothing read here: read after verification, as before
@@ -152,6 +154,17 @@ class _MintedRead:
         if self.key == (claims.jti, claims.decision_id, claims.approval_id):
             return self.read
         return None
+
+
+def _readable(stated: PermitClaims) -> bool:
+    """Whether the ids a not yet verified payload states can be looked up: ASCII without
+    NUL, as every id this server mints. Other text (NUL: PostgreSQL refuses it; a lone
+    surrogate: neither driver encodes it) is no permit's, and reading it would turn a
+    forged token's ``bad_signature`` into a database error (503, no refusal logged)."""
+    for text in (stated.jti, stated.decision_id, stated.approval_id or ""):
+        if not text.isascii() or "\x00" in text:
+            return False
+    return True
 
 
 async def redeem(deps: AppContext, caller: Caller, *, token: str, tool: str, args: dict[str, Any]

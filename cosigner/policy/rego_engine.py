@@ -64,7 +64,7 @@ import regopy
 from cosigner.core.errors import PolicyError
 from cosigner.core.fastjson import exact_key
 from cosigner.policy.rego_input import parse_output, query_entrypoint, set_input
-from cosigner.policy.rego_memo import ResultMemo, is_pure
+from cosigner.policy.rego_memo import ResultMemo, is_pure, without_comments
 
 _ERROR_RE = re.compile(
     r"\(error \d+:(?P<file>[^|]*)\|(?P<offset>\d+)\|\d+\s*\(errormsg (?P<len>\d+):"
@@ -113,14 +113,6 @@ def describe_rego_error(message: str, sources: dict[str, str]) -> str:
 _INPUT_RE = re.compile(r'\binput\b(?:\s*\.\s*(\w+)|\s*\[\s*"(\w+)"\s*\])?')
 
 
-def _strip_comment(line: str) -> str:
-    in_string = False
-    for index, char in enumerate(line):
-        if char == '"' and (index == 0 or line[index - 1] != "\\"):
-            in_string = not in_string
-        elif char == "#" and not in_string:
-            return line[:index]
-    return line
 
 
 def input_keys(sources: dict[str, str]) -> frozenset[str] | None:
@@ -131,12 +123,13 @@ def input_keys(sources: dict[str, str]) -> frozenset[str] | None:
     """
     keys: set[str] = set()
     for source in sources.values():
-        for line in source.splitlines():
-            for match in _INPUT_RE.finditer(_strip_comment(line)):
-                key = match.group(1) or match.group(2)
-                if key is None:
-                    return None
-                keys.add(key)
+        # Comments found as rego-cpp finds them: a ``#`` inside a raw string (which may
+        # span lines) starts none, so ``input.args`` after `` `#` `` is read.
+        for match in _INPUT_RE.finditer(without_comments(source)):
+            key = match.group(1) or match.group(2)
+            if key is None:
+                return None
+            keys.add(key)
     return frozenset(keys)
 
 
