@@ -113,8 +113,6 @@ def describe_rego_error(message: str, sources: dict[str, str]) -> str:
 _INPUT_RE = re.compile(r'\binput\b(?:\s*\.\s*(\w+)|\s*\[\s*"(\w+)"\s*\])?')
 
 
-
-
 def input_keys(sources: dict[str, str]) -> frozenset[str] | None:
     """Top-level ``input`` keys the modules read, or ``None`` when any use is opaque.
 
