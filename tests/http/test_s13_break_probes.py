@@ -20,7 +20,7 @@ from cosigner.core.errors import Unavailable
 from cosigner.db.tables import audit_events
 from cosigner.keys.signed_memo import SignedMemo
 from cosigner.permits import redeem as redeem_module
-from tests.conftest import Harness, decision_request
+from tests.conftest import Harness
 from tests.http.approval_helpers import (
     decide,
     needs,
@@ -33,24 +33,7 @@ from tests.http.approval_helpers import (
 )
 from tests.http.raw_rows import chain_holds
 from tests.http.test_raw_join import Ways
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _payload(token: str) -> dict[str, Any]:
-    segment = token.split(".")[1]
-    padded = segment + "=" * (-len(segment) % 4)
-    loaded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(padded))
-    return loaded
-
-
-async def _minted(h: Harness, tenant: str) -> tuple[dict[str, str], str]:
-    runtime = await h.headers(tenant, "runtime")
-    decision = await decide(h, runtime, decision_request(args=refund_args(5000)))
-    assert decision["effect"] == "allow"
-    return runtime, str(decision["permit"]["token"])
+from tests.permits.test_minted_digest import _b64, _minted, _payload
 
 
 @pytest.mark.parametrize("member", ["jti", "decision_id", "approval_id"])
