@@ -13,7 +13,6 @@ import asyncio
 import copy
 import hmac
 import sqlite3
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -95,18 +94,20 @@ def _state_refusal(row: Any, now: datetime) -> PermitRefused | None:
 
 
 async def _verify(deps: AppContext, token: str, now: datetime,
-                  minted: Callable[[PermitClaims], bool] | None = None) -> PermitClaims:
+                  minted: _MintedRead | None = None) -> PermitClaims:
     """:func:`verify_permit_token`; a kid unknown here is looked up in the shared keyring
     once (another replica may have signed with a key this one has not loaded yet)."""
     settings = deps.settings
+    stated = None if minted is None else minted.stated
     try:
         return verify_permit_token(deps.keyring, token, now=now, issuer=settings.issuer,
-                                   audience=settings.audience, minted=minted)
+                                   audience=settings.audience, minted=minted,
+                                   stated=stated)
     except PermitRefused as exc:
         if exc.code != "unknown_kid" or not await deps.keyring.refresh_for_unknown_kid():
             raise
     return verify_permit_token(deps.keyring, token, now=now, issuer=settings.issuer,
-                               audience=settings.audience, minted=minted)
+                               audience=settings.audience, minted=minted, stated=stated)
 
 
 class _MintedRead:
@@ -121,18 +122,20 @@ class _MintedRead:
     states, is kept and used after verification when the verified claims name the same
     permit (they are the same payload's)."""
 
-    __slots__ = ("db", "key", "read", "tenant", "token")
+    __slots__ = ("db", "key", "read", "stated", "tenant", "token")
 
     def __init__(self, db: Database, tenant: str, token: str) -> None:
         self.db, self.tenant, self.token = db, tenant, token
         self.key: tuple[str, str, str | None] | None = None
         self.read: _Read | None = None
+        #: The payload's claims once :meth:`prefetch` parsed them (not parsed again).
+        self.stated: PermitClaims | None = None
 
     async def prefetch(self) -> None:
         """Read the row the payload names through the SQLAlchemy path's shared reads
         (:class:`_Reads`), when the payload parses, names the caller's tenant and ids
         the database can bind (:func:`_readable`)."""
-        stated = stated_claims(self.token)
+        stated = self.stated = stated_claims(self.token)
         if stated is not None and stated.tenant == self.tenant and _readable(stated):
             self.read = await _reads(self.db).read(self.tenant, stated)
             self.key = (stated.jti, stated.decision_id, stated.approval_id)

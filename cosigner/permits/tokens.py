@@ -197,6 +197,7 @@ def stated_claims(token: str) -> PermitClaims | None:
 def verify_permit_token(
     keyring: Keyring, token: str, *, now: datetime, issuer: str, audience: str,
     minted: Callable[[PermitClaims], bool] | None = None,
+    stated: PermitClaims | None = None,
 ) -> PermitClaims:
     """Check a permit's signature, claim types, issuer, audience and validity window.
 
@@ -209,7 +210,8 @@ def verify_permit_token(
     token's), and the Ed25519 check (~45–75 µs) is then skipped: the signature is the
     one the server made. Every other check runs either way, in the same order, so a
     token it does not vouch for is refused exactly as without it. What it raises
-    propagates (a database error: the caller's 503).
+    propagates (a database error: the caller's 503). ``stated``: :func:`stated_claims`
+    of this same ``token``, when the caller has it, so the payload is not parsed again.
 
     Raises:
         PermitRefused: codes from :meth:`Keyring.verify`, plus ``malformed_permit`` (a claim
@@ -220,11 +222,13 @@ def verify_permit_token(
     vouch: Callable[[str], object] | None = None
     if minted is not None:
         def vouch(payload: str) -> PermitClaims | None:
-            try:
-                stated = _parse_claims(decode_payload(payload))
-            except PermitRefused:
-                return None  # the signature check decides, then the payload's error
-            return stated if minted(stated) else None
+            claims = stated
+            if claims is None:
+                try:
+                    claims = _parse_claims(decode_payload(payload))
+                except PermitRefused:
+                    return None  # the signature check decides, then the payload's error
+            return claims if minted(claims) else None
 
     # A token this process minted comes back with its claims (see _parses_as_itself).
     raw = keyring.verify_recalled(token, typ=PERMIT_TYP, kind=PermitClaims, now=now,
