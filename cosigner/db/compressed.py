@@ -61,7 +61,9 @@ V3_ROW = 3
 #: Form 3 in a frame without zstd's magic number (:mod:`cosigner.db.response_row`, 0024).
 V7_ROW_BARE = 7
 #: The format bytes of a response read with its row (:class:`RowBound`).
-ROW_FORMS = frozenset({V3_ROW, V7_ROW_BARE})
+#: Form 8: an allow answer as the facts it is built from (:mod:`cosigner.db.answer_facts`).
+V8_FACTS = 8
+ROW_FORMS = frozenset({V3_ROW, V7_ROW_BARE, V8_FACTS})
 _LEVEL = 1
 #: What every frame but the events' is compressed with (module docstring; measured on
 #: 5,000 varied allow answers: level 1 367 B in 5.6 µs, level 6 336 B in 8.8 µs, these
@@ -116,7 +118,8 @@ def decompress(stored: bytes | bytearray | memoryview | str) -> bytes:
     if data[0] == V2_TOKEN:
         return _json_bytes(_unpack_response(data))
     if data[0] in ROW_FORMS:
-        raise ValueError("a form 3 or 7 response is read with its row (cosigner.db.response_row)")
+        raise ValueError("a form 3, 7 or 8 response is read with its row "
+                         "(cosigner.db.response_row)")
     if data[0] != V1:
         raise ValueError(f"unknown compressed column format {data[0]}")
     return _unzstd(data)

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cosigner.db import compressed
+from cosigner.db import answer_facts, compressed
 
 V3_ROW = compressed.V3_ROW
 #: The row's columns an answer may refer to, in reference order (1..4).
@@ -53,15 +53,29 @@ _SEPARATOR = b"\x00"
 _MARKS = tuple(_MARK + bytes([i + 1]) for i in range(len(REF_COLUMNS)))
 V7_ROW_BARE = compressed.V7_ROW_BARE
 _V7_PREFIX = bytes([V7_ROW_BARE])
+_V8_PREFIX = bytes([compressed.V8_FACTS])
 
 
 def pack(value: Any, refs: Sequence[str | None]) -> bytes | None:
-    """``value`` in stored form 7 (form 3's body in a bare frame) given its row's
-    :data:`REF_COLUMNS` texts, or ``None`` when the form does not apply (no permit token,
-    or a part holding ``0x1A``)."""
+    """``value`` in stored form 8 (:mod:`cosigner.db.answer_facts`) where it fits, else form 7
+    (form 3's body in a bare frame), given its row's :data:`REF_COLUMNS` texts; ``None``
+    when neither applies (no permit token, or a part holding ``0x1A``)."""
     parts = compressed.response_parts(value)
     if parts is None:
         return None
+    facts = answer_facts.pack(value, parts, refs)
+    return facts if facts is not None else _form_7(parts, refs)
+
+
+def pack_form_7(value: Any, refs: Sequence[str | None]) -> bytes | None:
+    """``value`` in stored form 7 only (what the code before form 8 wrote: migration
+    ``0026_s14store_answer_facts``'s downgrade), or ``None`` as :func:`pack`."""
+    parts = compressed.response_parts(value)
+    return None if parts is None else _form_7(parts, refs)
+
+
+def _form_7(parts: tuple[bytes, bytes, bytes, bytes], refs: Sequence[str | None]
+            ) -> bytes | None:
     answer, header, claims, signature = parts
     # The byte as an int: ``bytes in bytes`` first tries the needle as an integer,
     # raising and clearing a TypeError each time (three per answer).
@@ -85,7 +99,7 @@ def pack(value: Any, refs: Sequence[str | None]) -> bytes | None:
 
 
 def bind(value: Any, refs: Sequence[str | None]) -> bytes | None:
-    """What the row's ``response`` column stores (form 3 where it applies, else what
+    """What the row's ``response`` column stores (form 8 or 7 where one applies, else what
     :class:`~cosigner.db.compressed.ResponseJSON` stores)."""
     if value is None:
         return None
@@ -107,19 +121,22 @@ def _restore(part: bytes, refs: Sequence[bytes | None]) -> bytes:
 
 
 def unpack(stored: bytes | bytearray | memoryview, refs: Sequence[str | None]) -> Any:
-    """The answer of a stored form 3 or 7 value, given its row's :data:`REF_COLUMNS`
+    """The answer of a stored form 3, 7 or 8 value, given its row's :data:`REF_COLUMNS`
     texts.
 
     Raises:
-        ValueError: not form 3 or 7, a damaged frame, or a reference to a missing column.
+        ValueError: not form 3, 7 or 8, a damaged frame, or a reference to a missing
+            column.
     """
     data = bytes(stored)
+    if data[:1] == _V8_PREFIX:
+        return compressed.answer_of(*answer_facts.parts_of(data, refs))
     if data[:1] == _V7_PREFIX:
         body = compressed.decompress_bare(data[1:])
     elif data[:1] == bytes([V3_ROW]):
         body = compressed._unzstd(data)  # noqa: SLF001
     else:
-        raise ValueError("not a form 3 or 7 response")
+        raise ValueError("not a form 3, 7 or 8 response")
     answer, header, claims, signature = compressed.split_parts(body)
     texts = [text.encode() if isinstance(text, str) else None for text in refs]
     return compressed.answer_of(_restore(answer, texts), _restore(header, texts),

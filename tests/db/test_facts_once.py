@@ -92,13 +92,14 @@ async def test_a_replay_is_byte_identical_and_the_token_stored_decoded(
             "SELECT response FROM decisions WHERE id = :id").bindparams(
                 bindparam("id", type_=UuidText())),
             {"id": first.json()["decision_id"]})).scalar_one()
-    # Form 3 (0022): form 2 less the texts the row's columns hold; in a bare frame,
-    # form 7, since 0024.
-    assert bytes(stored)[0] == compressed.V7_ROW_BARE
-    frame = compressed.decompress_bare(bytes(stored)[1:])
-    assert first.json()["permit"]["token"].encode() not in frame
-    for name in ("decision_id", "request_id", "args_hash"):
-        assert first.json()[name].encode() not in frame
+    # Form 8 (session 14): an allow as the facts it is built from - neither the token,
+    # nor its header or claims, nor any text its row's columns hold.
+    assert bytes(stored)[0] == compressed.V8_FACTS
+    made = first.json()
+    header, claims, _ = made["permit"]["token"].split(".")
+    for text_ in (made["permit"]["token"], header, claims, made["decision_id"],
+                  made["request_id"], made["args_hash"], made["policy"]["revision"]):
+        assert text_.encode() not in bytes(stored)
 
 
 @settings(max_examples=200, deadline=None)

@@ -245,7 +245,7 @@ async def test_rows_written_raw_equal_rows_written_by_core(
                                          row[key][:30] + "-core")
                 assert raw is not None and core is not None
                 differ = {name for name in raw.keys() if raw[name] != core[name]}
-                if table.name == "decisions":  # raw: form 3 against its row (0022; 7, 0024)
+                if table.name == "decisions":  # raw: against its row (form 3, 0022; 7, 0024; 8, 0026)
                     read = compressed.ResponseJSON().process_result_value
                     assert response_row.resolve(read(raw["response"], None), (  # type: ignore[arg-type]
                         raw["id"], raw["request_id"], digest.unpack(raw["args_hash"]),
@@ -254,7 +254,7 @@ async def test_rows_written_raw_equal_rows_written_by_core(
                     formed.add(bytes(raw["response"])[0])
                     differ.discard("response")
                 assert differ <= {key, "request_id"}, (table.name, differ)
-        assert formed == {1, 7}  # the allow's answer in form 7, the approval's in form 1
+        assert formed == {1, 8}  # the allow's answer in form 8 (facts), the approval's in form 1
     finally:
         await pg.close()
 
