@@ -245,7 +245,7 @@ async def test_rows_written_raw_equal_rows_written_by_core(
                                          row[key][:30] + "-core")
                 assert raw is not None and core is not None
                 differ = {name for name in raw.keys() if raw[name] != core[name]}
-                if table.name == "decisions":  # raw: against its row (form 3, 0022; 7, 0024; 8, 0026)
+                if table.name == "decisions":  # raw: against its row (forms 3, 7, 8)
                     read = compressed.ResponseJSON().process_result_value
                     assert response_row.resolve(read(raw["response"], None), (  # type: ignore[arg-type]
                         raw["id"], raw["request_id"], digest.unpack(raw["args_hash"]),
