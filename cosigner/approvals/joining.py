@@ -7,9 +7,12 @@ pending request joins it (:func:`cosigner.approvals.opening.open_request`): no n
 20, session 13: through SQLAlchemy a join cost about twice a new request). It reads the
 twin and its reviews with the statements SQLAlchemy would send (:class:`RawStatement`:
 same SQL, same bind and result processors), so the event (hence the chain) and the answer
-are the same either way. Its one case is a twin still pending and not due; a twin past
-``expires_at`` (expiry wins: expire or escalate it first) and a twin gone since the insert
-found it go back to :func:`open_request` (:class:`NeedsCore`).
+are the same either way. Its one case is a twin still pending, not due, and asking at
+least what the decision's requirement asks (:func:`cosigner.approvals.superseding.joinable`:
+for the common retry one comparison of the stored requirement, no statement more); a twin
+past ``expires_at`` (expiry wins: expire or escalate it first), a twin the decision's
+requirement is stricter than (to supersede) and a twin gone since the insert found it go
+back to :func:`open_request` (:class:`NeedsCore`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from sqlalchemy import ColumnElement, bindparam, literal_column, select
 from sqlalchemy.engine import Dialect
 
 from cosigner.approvals.requests import event, is_due
+from cosigner.approvals.superseding import joinable
 from cosigner.approvals.views import view
 from cosigner.audit.chain import Event
 from cosigner.db.batch import NeedsCore
 from cosigner.db.raw_sql import RawStatement
 from cosigner.db.tables_approvals import approvals, reviews
+from cosigner.policy.result import ApprovalRequirement
 
 __all__ = ["PENDING_CALL", "join_raw"]
 
@@ -41,7 +46,8 @@ PENDING_CALL: tuple[ColumnElement[bool], ...] = (
 
 class PendingTwin(NamedTuple):
     """The columns of a pending request a join reads: the ``approval.joined`` event's
-    (:func:`cosigner.approvals.requests.event`) and the brief view's."""
+    (:func:`cosigner.approvals.requests.event`), the brief view's and
+    :func:`cosigner.approvals.superseding.joinable`'s."""
 
     id: str
     decision_id: str
@@ -52,6 +58,7 @@ class PendingTwin(NamedTuple):
     status: str
     stage: int
     requirement: dict[str, Any]
+    created_at: datetime
     expires_at: datetime
 
 
@@ -74,17 +81,20 @@ _REVIEWS_RAW = RawStatement(
 
 
 def join_raw(raw: sqlite3.Connection, dialect: Dialect, *, tenant: str, run_id: str,
-             tool: str, args_hash: str, decision_id: str, opened_by: dict[str, Any],
-             public_url: str, now: datetime) -> tuple[dict[str, Any], list[Event]]:
+             tool: str, args_hash: str, decision_id: str, requirement: ApprovalRequirement,
+             stated: dict[str, Any], opened_by: dict[str, Any], public_url: str,
+             now: datetime) -> tuple[dict[str, Any], list[Event]]:
     """Join the pending request of the call (``tenant``, ``run_id``, ``tool``,
-    ``args_hash``) that decision ``decision_id`` (UTC ``now``) found pending, inside the
-    raw batch transaction: ``(the Decision's approval object {id, status, require,
-    progress, distinct_from, expires_at, review_url}, [approval.joined])``, as
+    ``args_hash``) that decision ``decision_id`` (UTC ``now``, needing ``requirement``,
+    ``stated`` its :meth:`as_dict`) found pending, inside the raw batch transaction:
+    ``(the Decision's approval object {id, status, require, progress, distinct_from,
+    expires_at, review_url}, [approval.joined])``, as
     :func:`cosigner.approvals.opening.open_request` joins it. Writes nothing.
 
     Raises:
         NeedsCore: the twin is due (``now >= expires_at``: :func:`open_request` expires or
-            escalates it first), or no longer pending.
+            escalates it first), asks less than ``requirement`` in some respect
+            (:func:`open_request` supersedes it), or is no longer pending.
         sqlalchemy.exc.DBAPIError: the driver's error, as SQLAlchemy's.
     """
     rows = _PENDING_TWIN_RAW.run(raw, dialect, {
@@ -92,7 +102,7 @@ def join_raw(raw: sqlite3.Connection, dialect: Dialect, *, tenant: str, run_id: 
     if not rows:
         raise NeedsCore  # (the insert saw it pending in this very transaction)
     twin = PendingTwin(*rows[0])
-    if is_due(twin, now):
+    if is_due(twin, now) or not joinable(twin, requirement, stated):
         raise NeedsCore
     counted = [CountedReview(*row) for row in
                _REVIEWS_RAW.run(raw, dialect, {"approval_id": twin.id})[0]]

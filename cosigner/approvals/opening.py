@@ -1,10 +1,14 @@
 """Opening approval requests: from a ``require_approval`` decision, or on a runtime's request.
 
 An identical request (same tenant, run, tool, args hash) while one is pending joins it: same
-id, no new notification. The partial unique index ``uq_approvals_pending_call`` settles two
-concurrent openings across replicas; the loser's insert does nothing and it joins the winner.
-A pending twin already past ``expires_at`` ends its stage first (expiry wins): escalated, it
-is joined; expired, a new request opens.
+id, no new notification, as long as the twin asks at least what the new requirement asks.
+When the new one is stricter in any respect the twin is superseded (cancelled, its reviews
+voided) and a new request opens with the new requirement
+(:mod:`cosigner.approvals.superseding`): a join never weakens the current policy. The
+partial unique index ``uq_approvals_pending_call`` settles two concurrent openings across
+replicas; the loser's insert does nothing and it joins the winner. A pending twin already
+past ``expires_at`` ends its stage first (expiry wins): escalated, it is joined (if its new
+stage covers the requirement); expired, a new request opens.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from cosigner.approvals.requests import (
     notify,
     reviews_of,
 )
+from cosigner.approvals.superseding import joinable, supersede
 from cosigner.approvals.views import view
 from cosigner.audit.chain import Event, append
 from cosigner.audit.masking import mask_value
@@ -153,14 +158,15 @@ def open_request_raw(raw: sqlite3.Connection, dialect: Dialect, settings: Settin
 
     Raises:
         NeedsCore: a new request and the tenant has webhook receivers (a join notifies
-            nobody), or a due twin to expire or escalate first (:func:`open_request` does
-            both).
+            nobody), a due twin to expire or escalate first, or a twin to supersede
+            (:func:`open_request` does all three).
     """
     values = _pending_values(call, requirement, opened_by, now, "policy", None)
     if not _INSERT_PENDING_RAW.run(raw, dialect, values)[0]:
         return join_raw(raw, dialect, tenant=call.tenant, run_id=call.run_id,
                         tool=call.tool, args_hash=call.args_hash,
-                        decision_id=call.decision_id, opened_by=opened_by,
+                        decision_id=call.decision_id, requirement=requirement,
+                        stated=values["requirement"], opened_by=opened_by,
                         public_url=settings.public_url, now=now)
     if outbox.targets(settings, call.tenant):
         raise NeedsCore  # undone with the raw transaction: open_request notifies
@@ -176,10 +182,17 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
     identical pending one (same tenant, run, tool, args hash): same id, no new request.
 
     Returns ``(approval object of the Decision, events)``; the events are
-    ``approval.requested`` or ``approval.joined`` (plus ``approval.expired`` when the pending
-    twin had run out). A concurrent insert of the twin is settled by the partial unique index
-    ``uq_approvals_pending_call``: the loser's insert does nothing and it joins the winner.
-    Only a new request notifies (webhook ``approval.pending``, queued in this transaction).
+    ``approval.requested`` or ``approval.joined`` (preceded by ``approval.expired`` or
+    ``approval.escalated`` when the pending twin's stage had run out, and by
+    ``approval.superseded`` when the twin asked less than ``requirement``:
+    :mod:`cosigner.approvals.superseding`). A concurrent insert of the twin is settled by
+    the partial unique index ``uq_approvals_pending_call``: the loser's insert does nothing
+    and it joins the winner (or supersedes it). Only a new request notifies (webhook
+    ``approval.pending``, queued in this transaction; a superseded twin
+    ``approval.decided``).
+
+    Raises:
+        Conflict: ``approval_race``, the twin kept changing state under three attempts.
     """
     public_url = settings.public_url
     events: list[Event] = []
@@ -188,22 +201,30 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
         # the common case (a new request) costs one statement and no read.
         values = _pending_values(call, requirement, opened_by, now, kind, reason)
         if await _insert(conn, values):
-            row, brief, requested = _opened(values, requirement, settings, now)
-            events.append(requested)
-            await notify(conn, settings, row, "approval.pending", now)
-            return brief, events
+            return await _open(conn, settings, values, requirement, now, events)
         existing = await _pending_for_call(conn, call)
         if existing is None:
             # The twin left 'pending' while we waited for its row lock: the next INSERT
             # is a new statement and sees it gone (or joins a newer twin).
             continue
-        if not is_due(existing, now):
+        if is_due(existing, now):
+            events += await expire(conn, existing, now, SYSTEM_ACTOR, settings=settings)
+            existing = await load(conn, call.tenant, existing.id, lock=False)
+            if existing.status != "pending":
+                continue  # expired: open a new one (escalated: judged at its new stage)
+        if joinable(existing, requirement, values["requirement"]):
             break
-        events += await expire(conn, existing, now, SYSTEM_ACTOR, settings=settings)
-        existing = await load(conn, call.tenant, existing.id, lock=False)
-        if existing.status == "pending":  # escalated to its next stage: join it
-            break
-        # expired: open a new one
+        superseded = await supersede(conn, settings, existing, superseded_by=values["id"],
+                                     decision_id=call.decision_id, actor=opened_by, now=now)
+        if superseded is None:
+            continue  # moved by another writer first (a lock makes this rare)
+        events.append(superseded)
+        # The twin left the partial unique index in this transaction (a concurrent
+        # opener waits for it on the index), so the insert goes in.
+        if not await _insert(conn, values):
+            raise Conflict("a concurrent approval request changed state; retry",
+                           code="approval_race")
+        return await _open(conn, settings, values, requirement, now, events)
     else:
         raise Conflict("a concurrent approval request changed state; retry",
                        code="approval_race")
@@ -211,6 +232,16 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
                          decision_id=call.decision_id))
     rows = await reviews_of(conn, existing.id)
     return view(existing, rows, public_url=public_url, now=now, brief=True), events
+
+
+async def _open(conn: AsyncConnection, settings: Settings, values: dict[str, Any],
+                requirement: ApprovalRequirement, now: datetime,
+                events: list[Event]) -> tuple[dict[str, Any], list[Event]]:
+    """The answer of :func:`open_request` for the request ``values`` just inserted:
+    its ``approval.requested`` event after ``events``, its webhook queued."""
+    row, brief, requested = _opened(values, requirement, settings, now)
+    await notify(conn, settings, row, "approval.pending", now)
+    return brief, [*events, requested]
 
 
 async def request_review(deps: AppContext, caller: Caller, *, decision_id: str,

@@ -66,10 +66,11 @@ def _facts(twin: Any, decision_id: str) -> CallFacts:
                      policy=twin.policy, reasons=twin.reasons)
 
 
-async def _both_ways(h: Harness, twin: Any, now: datetime) -> tuple[Any, Any]:
-    """``(raw, core)``: what each way returns for one joining decision, each in a
-    transaction rolled back afterwards."""
-    facts, requirement = _facts(twin, str(uuid.uuid4())), parse_requirement(twin.requirement)
+async def _both_ways(h: Harness, twin: Any, now: datetime,
+                     result: dict[str, Any]) -> tuple[Any, Any]:
+    """``(raw, core)``: what each way returns for one joining decision (whose policy
+    result is ``result``, the twin's), each in a transaction rolled back afterwards."""
+    facts, requirement = _facts(twin, str(uuid.uuid4())), parse_requirement(result["approval"])
     opened_by = {"subject": "second-runtime", "principal_id": None, "kind": "api_key"}
     got: dict[str, Any] = {}
     with pytest.raises(_Undo):
@@ -110,7 +111,7 @@ async def test_raw_join_returns_what_the_sqlalchemy_join_returns(
         clock.advance(seconds=60)
         assert (await state(h, runtime, approval_id))["stage"] == 2  # escalated on read
     twin = await _twin(h, tenant, approval_id)
-    raw, core = await _both_ways(h, twin, clock())
+    raw, core = await _both_ways(h, twin, clock(), result)
     assert raw == core
     assert _bytes(raw, clock()) == _bytes(core, clock())
     brief, events = raw
@@ -140,3 +141,22 @@ async def test_a_due_twin_is_handed_back_with_nothing_written(
                                         "kind": "api_key"}, now=clock())
     assert await _twin(h, tenant, approval_id) == twin
     assert clock() - twin.expires_at.replace(tzinfo=UTC) == timedelta(0)
+
+
+async def test_a_twin_asking_less_is_handed_back_with_nothing_written(
+        clocked: tuple[Harness, FrozenClock], tenant: str) -> None:
+    """A decision needing more than the twin asks (finance x2 for x1): the raw join
+    hands it back (open_request supersedes the twin), and nothing of it stayed."""
+    h, clock = clocked
+    runtime = await h.headers(tenant, "runtime")
+    approval_id = (await decide(h, runtime, scripted(needs(("finance", 1)))))["approval"]["id"]
+    twin = await _twin(h, tenant, approval_id)
+    with pytest.raises(NeedsCore):
+        async with raw_transaction(h.db) as raw:
+            assert raw is not None
+            open_request_raw(raw, h.db.engine.dialect, h.settings,
+                             call=_facts(twin, str(uuid.uuid4())),
+                             requirement=parse_requirement(needs(("finance", 2))["approval"]),
+                             opened_by={"subject": "s", "principal_id": None,
+                                        "kind": "api_key"}, now=clock())
+    assert await _twin(h, tenant, approval_id) == twin

@@ -1,0 +1,133 @@
+"""Whether a pending request may be joined, and superseding it when it may not.
+
+A ``require_approval`` decision whose call (tenant, run, tool, args hash) already has a
+pending request joins it (:func:`cosigner.approvals.opening.open_request`) only when the
+twin asks at least what the decision's own requirement asks (:func:`covers`): a join must
+never weaken the current policy. Otherwise the twin is **superseded**: moved to
+``cancelled`` (:func:`cosigner.approvals.requests.transition`; terminal, like any
+cancellation) with an ``approval.superseded`` event naming the request that replaces it,
+and a new request opens with the decision's requirement, exactly as if there had been no
+twin. Reviews already given on the twin were judged against the twin's rules (its groups,
+``distinct_from``, step-up, signatures), so none is carried over: each is voided (its
+``role`` cleared: it counts for no group, and not as a ``previous`` approval in the run,
+since it authorised nothing) and listed in the event; the approvers review the new
+request. The same rule serves every opener: decisions, runtime reviews, program barriers.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cosigner.approvals.requests import aware, event, notify, reviews_of, stage_of, transition
+from cosigner.audit.chain import Event
+from cosigner.db.tables_approvals import reviews
+from cosigner.policy.result import ApprovalRequirement, parse_requirement
+
+if TYPE_CHECKING:
+    from cosigner.core.settings import Settings
+
+__all__ = ["REASON", "covers", "joinable", "supersede"]
+
+#: ``reason`` of an ``approval.superseded`` event.
+REASON = "requirement_raised"
+
+_DISTINCT_PARTS: dict[str, frozenset[str]] = {
+    "initiator": frozenset({"initiator"}), "previous": frozenset({"previous"}),
+    "initiator_and_previous": frozenset({"initiator", "previous"})}
+
+
+def _stage_covers(held: ApprovalRequirement, asked: ApprovalRequirement) -> bool:
+    """Every approval meeting stage ``held`` meets stage ``asked``, and ``held``'s
+    escalations are no weaker than ``asked``'s (pure)."""
+    groups = {g.role: g for g in held.require}
+    for group in asked.require:
+        mine = groups.get(group.role)
+        if mine is None or mine.count < group.count:
+            return False  # (a group of held's own only asks more of the same approvals)
+        if group.signature is not None and mine.signature != group.signature:
+            return False
+    if not _DISTINCT_PARTS[asked.distinct_from] <= _DISTINCT_PARTS[held.distinct_from]:
+        return False
+    if held.timeout_ms > asked.timeout_ms:
+        return False
+    if asked.assurance is not None and held.assurance != asked.assurance:
+        return False
+    # Two acr values are ordered only by the tenant's settings: a different one is no cover.
+    if asked.min_acr is not None and held.min_acr != asked.min_acr:
+        return False
+    if asked.max_auth_age_s is not None and (
+            held.max_auth_age_s is None or held.max_auth_age_s > asked.max_auth_age_s):
+        return False
+    if held.on_expired is None:
+        return True  # expiring is stricter than any escalation
+    return asked.on_expired is not None and _stage_covers(held.on_expired, asked.on_expired)
+
+
+def covers(held: ApprovalRequirement, asked: ApprovalRequirement, *, stage: int = 1,
+           elapsed_ms: int = 0) -> bool:
+    """Does a pending request at ``stage`` (1 = first) with requirement ``held`` (that
+    stage's, as stored) ask at least what a new request with requirement ``asked`` would?
+
+    ``elapsed_ms``: from the request's opening to the start of its ``stage``. Compared
+    respect by respect, so that any approval meeting ``held`` meets ``asked`` under no
+    looser terms: per role group of ``asked`` a group of ``held`` with at least its count
+    (signed where it is); at least ``asked``'s ``distinct_from`` rules; a timeout no longer;
+    the same ``assurance`` and ``min_acr``, a ``max_auth_age_s`` no longer; no escalation
+    ``asked`` lacks (each later stage compared the same way); break-glass only if ``asked``
+    allows it; standing approvals only within ``asked``'s bounds. A request past its first
+    stage is compared with ``asked``'s stage of the same number, and only if its earlier
+    stages lasted at least as long as ``asked``'s (it did not escalate sooner). Pure.
+    """
+    chain = asked.stages()
+    if stage > len(chain):
+        return False
+    if elapsed_ms < sum(s.timeout_ms for s in chain[:stage - 1]):
+        return False
+    if held.break_glass and not asked.break_glass:
+        return False
+    if held.standing is not None and (
+            asked.standing is None or held.standing.max_ttl_s > asked.standing.max_ttl_s
+            or held.standing.max_uses > asked.standing.max_uses):
+        return False
+    return _stage_covers(held, chain[stage - 1])
+
+
+def joinable(twin: Any, asked: ApprovalRequirement, stated: dict[str, Any]) -> bool:
+    """May a decision needing ``asked`` (``stated``: its :meth:`as_dict`, as it would be
+    stored) join pending request ``twin`` (a row with ``requirement``, ``stage``,
+    ``created_at``, ``expires_at``, not due)? The common retry, the same requirement at
+    the first stage, is one comparison of the stored dict; anything else :func:`covers`."""
+    stage = stage_of(twin)
+    if stage == 1 and twin.requirement == stated:
+        return True
+    held = parse_requirement(twin.requirement)
+    elapsed_ms = 0
+    if stage > 1:  # the current stage began where the last one ended (requests.expire)
+        started = aware(twin.expires_at) - timedelta(milliseconds=held.timeout_ms)
+        elapsed_ms = (started - aware(twin.created_at)) // timedelta(milliseconds=1)
+    return covers(held, asked, stage=stage, elapsed_ms=elapsed_ms)
+
+
+async def supersede(conn: AsyncConnection, settings: Settings, twin: Any, *,
+                    superseded_by: str, decision_id: str, actor: dict[str, Any],
+                    now: datetime) -> Event | None:
+    """Cancel pending request ``twin`` (locked by the caller) in favour of request
+    ``superseded_by``, which decision ``decision_id`` (of ``actor``) is about to open with
+    a stricter requirement; void its reviews and queue the webhook ``approval.decided``
+    (status ``cancelled``, ``decided_by`` the actor). Returns the ``approval.superseded``
+    event, or ``None`` when another writer moved the twin first (nothing written)."""
+    given = await reviews_of(conn, twin.id)
+    if not await transition(conn, twin, "cancelled", now=now):
+        return None
+    voided = [{"subject": r.subject, "role": r.role, "stage": int(r.stage or 1)}
+              for r in given if r.role is not None]
+    if voided:
+        await conn.execute(reviews.update().where(
+            reviews.c.approval_id == twin.id, reviews.c.role.is_not(None)).values(role=None))
+    await notify(conn, settings, twin, "approval.decided", now, status="cancelled",
+                 decided_by=[str(actor.get("subject"))])
+    return event("approval.superseded", twin, actor, superseded_by=superseded_by,
+                 decision_id=decision_id, reason=REASON, voided=voided)
