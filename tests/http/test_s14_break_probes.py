@@ -295,3 +295,87 @@ async def test_s14_a_damaged_form_8_row_fails_closed_on_replay(
     assert again.status_code in (409, 503), again.text
     assert again.content != first.content
     assert "Traceback" not in again.text and "ValueError" not in again.text
+
+
+# --- superseding and the decision log: signed reviews, CLI verify --------------------------
+
+
+def _counted_signed_bundle(folder: Path, tenant: str) -> Path:
+    """``send_message`` needs ``context.n`` signed finance approvals."""
+    bundle = folder / "bundles" / f"signed-n-{tenant}"
+    bundle.mkdir(parents=True, exist_ok=True)
+    (bundle / "manifest.toml").write_text(
+        f'id = "signed-n-{tenant}"\nversion = "1.0.0"\nengine = "python"\n'
+        f'entrypoint = "decide"\ntenants = ["{tenant}"]\n')
+    (bundle / "rules.py").write_text(
+        "def decide(input):\n"
+        "    return {'effect': 'require_approval', 'reasons': ['signed_review'],\n"
+        "            'approval': {'signature': 'webauthn', 'require': [\n"
+        "                {'role': 'finance', 'count': input['context']['n']}],\n"
+        "                'distinct_from': 'initiator_and_previous'}}\n")
+    return folder / "bundles"
+
+
+async def test_s14_a_superseded_signed_review_still_verifies_and_the_new_request_needs_new_ones(
+        harness_factory: Callable[..., Any], tenant: str, tmp_path: Path) -> None:
+    """Fiona's signed approval of the twin is voided by the supersede; the export (twin's
+    signed review, the supersede, three signed approvals of the new request) verifies
+    offline, in process and through ``cosigner audit verify``."""
+    import subprocess
+    import sys
+
+    from cosigner.approvals import reviews as review_module
+    from cosigner.audit.verify import verify_export
+    from tests.approvals.signed import PUBLIC_URL, Scene
+    from tests.audit.conftest import export_lines, jwks
+    from tests.conftest import decision_request
+
+    h = await harness_factory(public_url=PUBLIC_URL,
+                              bundle_dirs=[_counted_signed_bundle(tmp_path, tenant)])
+    scene = await Scene(h, tenant).start()
+    people = {n: await scene.person(n, "finance") for n in ("fiona", "gus", "hank")}
+    keys = {n: await scene.register(c) for n, c in people.items()}
+    body = decision_request(tool={"name": "send_message"}, args={"to": "c-42", "body": "x"},
+                            context={"n": 2})
+    old = (await decide(h, scene.runtime, body))["approval"]["id"]
+    await review_module.review(h.context, people["fiona"], old, decision="approved",
+                               assertion=await scene.sign(people["fiona"], keys["fiona"], old))
+    new = (await decide(h, scene.runtime, {**body, "request_id": "signed-3",
+                                           "context": {"n": 3}}))["approval"]["id"]
+    assert new != old and (await scene.state(old))["status"] == "cancelled"
+    for name in ("fiona", "gus", "hank"):
+        await review_module.review(h.context, people[name], new, decision="approved",
+                                   assertion=await scene.sign(people[name], keys[name], new))
+    assert (await scene.state(new))["status"] == "approved"
+    auditor = await h.headers(tenant, "auditor")
+    lines = await export_lines(h, auditor)
+    keyset = await jwks(h)
+    report = verify_export(lambda: iter(lines), keyset)
+    assert report.ok, report
+    log, jwks_file = tmp_path / "log.jsonl", tmp_path / "jwks.json"
+    log.write_text("".join(lines), newline="\n")
+    jwks_file.write_text(json.dumps(keyset))
+    cli = Path(sys.executable).with_name("cosigner")
+    done = subprocess.run([str(cli), "audit", "verify", str(log), "--jwks", str(jwks_file)],
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+async def test_s14_a_join_shows_approvers_args_the_current_policy_masks(
+        clocked: tuple[Harness, FrozenClock], tenant: str) -> None:
+    """The current policy masks ``/path``; the retried call joins the twin opened before the
+    mask, whose approver view shows ``/path`` in clear (invariant 10: a masked path never
+    appears on the approver page). The mask is no respect of ``covers``: a join, not a
+    supersede."""
+    h, _ = clocked
+    runtime = await h.headers(tenant, "runtime")
+    carol = await h.headers(tenant, "finance", subject="carol")
+    body = scripted(needs(("finance", 1)), args={"path": "/secret/payroll.xlsx"})
+    old = (await decide(h, runtime, body))["approval"]["id"]
+    masked = {**needs(("finance", 1)), "mask": ["/path"]}
+    second = await decide(h, runtime, {**body, "request_id": "now-masked",
+                                       "context": {"result": masked}})
+    shown = await h.client.get(f"/v1/approvals/{second['approval']['id']}", headers=carol)
+    assert shown.status_code == 200, shown.text
+    assert "/secret/payroll.xlsx" not in shown.text, (
+        f"joined={second['approval']['id'] == old}: the approver sees the masked path")
