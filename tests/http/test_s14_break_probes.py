@@ -379,3 +379,66 @@ async def test_s14_a_join_shows_approvers_args_the_current_policy_masks(
     assert shown.status_code == 200, shown.text
     assert "/secret/payroll.xlsx" not in shown.text, (
         f"joined={second['approval']['id'] == old}: the approver sees the masked path")
+
+
+# --- migration 0026 on real rows ------------------------------------------------------------
+
+
+async def test_s14_0026_down_and_up_on_real_rows_keeps_every_replay(
+        harness_factory: Callable[..., Any], tmp_path: Path, tenant: str,
+        db_kind: str) -> None:
+    """Real answers of every kind (allow, deny, require_approval, shadow, a standing
+    approval's allow): migration 0026 down then up again, each replay byte-identical to the
+    first answer. SQLite only (the PostgreSQL database is shared by the session)."""
+    if db_kind != "sqlite":
+        pytest.skip("rewrites every row of the database")
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from cosigner.db.migrate import upgrade
+    from tests.db.test_answer_facts import _to
+
+    clock = FrozenClock(T0)
+    h = await scripted_harness(harness_factory, tmp_path, clock=clock)
+    runtime = await h.headers(tenant, "runtime")
+    carol = await h.headers(tenant, "finance", subject="carol")
+    standing = needs(("finance", 1))
+    standing["approval"]["standing"] = {"max_ttl_s": 3600, "max_uses": 5}
+    opened = await decide(h, runtime, scripted(standing, run="run-m", args=refund_args(1),
+                                               tool="issue_refund"))
+    assert (await review(h, carol, opened["approval"]["id"], standing={
+        "scope": "run", "constraints": [
+            {"pointer": "/order_id", "op": "equals", "value": "ord_8472"}]})).status_code == 200
+    bodies = [
+        scripted({"effect": "allow", "reasons": ["ok"]}, run="run-m"),
+        scripted({"effect": "allow", "reasons": ["é𝄞"]}, run="run-ü", request_id="req-ü"),
+        scripted({"effect": "deny", "reasons": ["no"]}, run="run-m"),
+        scripted(needs(("finance", 2)), run="run-m", args={"path": "/b"}),
+        scripted({"effect": "allow", "reasons": ["ok"]}, run="run-m", mode="shadow"),
+        scripted(standing, run="run-m", args=refund_args(2), tool="issue_refund"),
+    ]
+    firsts = []
+    for body in bodies:
+        resp = await h.client.post("/v1/decisions", headers=runtime, json=body)
+        assert resp.status_code == 200, resp.text
+        firsts.append(resp.content)
+    assert json.loads(firsts[-1])["effect"] == "allow"
+
+    async def replays() -> None:
+        for body, first in zip(bodies, firsts, strict=True):
+            again = await h.client.post("/v1/decisions", headers=runtime, json=body)
+            assert again.status_code == 200 and again.content == first, again.text
+
+    url = h.settings.database_url
+    engine = create_async_engine(url)
+    try:
+        await replays()
+        async with engine.begin() as conn:
+            await conn.run_sync(_to, url, "0025_s13_permit_token_digest", True)
+        assert await _stored_form(h, tenant, bodies[0]["request_id"]) == 7
+        await replays()
+        await upgrade(url)
+        assert await _stored_form(h, tenant, bodies[0]["request_id"]) == 8
+        assert await _stored_form(h, tenant, "req-ü") == 8
+        await replays()
+    finally:
+        await engine.dispose()
