@@ -97,6 +97,7 @@ async def test_s14_a_review_racing_the_superseding_decision_is_consistent(
     the same call under a stricter policy. Either the approval wins (the twin approved,
     never superseded afterwards, the new decision opens its own request) or the supersede
     wins (the review refused ``approval_not_pending``, no permit for the twin)."""
+    seen: set[int] = set()
     for attempt in range(6):
         replicas = [await scripted_harness(harness_factory, tmp_path / f"a{attempt}r{i}",
                                            log_batch_wait_ms=5) for i in range(2)]
@@ -104,10 +105,18 @@ async def test_s14_a_review_racing_the_superseding_decision_is_consistent(
         carol = await replicas[1].headers(tenant, "finance", subject=f"carol{attempt}")
         body = scripted(needs(("finance", 1)), run=f"run-race-{attempt}")
         old = (await decide(replicas[0], runtime, body))["approval"]["id"]
-        reviewed, second = await asyncio.gather(
-            review(replicas[1], carol, old),
-            decide(replicas[0], runtime, {**body, "request_id": f"strict-{attempt}",
-                                          "context": {"result": needs(("finance", 2))}}))
+
+        async def stricter(delay: float, attempt: int = attempt, body: Any = body,
+                           h: Harness = replicas[0], runtime: Any = runtime
+                           ) -> dict[str, Any]:
+            await asyncio.sleep(delay)  # staggered, so that either side may win
+            return await decide(h, runtime, {
+                **body, "request_id": f"strict-{attempt}",
+                "context": {"result": needs(("finance", 2))}})
+
+        reviewed, second = await asyncio.gather(review(replicas[1], carol, old),
+                                                stricter(0.004 * attempt))
+        seen.add(reviewed.status_code)
         twin = await state(replicas[0], runtime, old)
         if reviewed.status_code == 200:
             assert twin["status"] == "approved" and twin["permit"] is not None
@@ -122,6 +131,7 @@ async def test_s14_a_review_racing_the_superseding_decision_is_consistent(
                     audit_events.c.approval_id == old))).all()]
         assert not ("approval.approved" in types and "approval.superseded" in types), types
         await chain_holds(replicas[0], tenant)
+    assert seen == {200, 409}, seen  # both orders were exercised
 
 
 async def test_s14_another_tenant_cannot_supersede_or_join(
