@@ -53,6 +53,11 @@ def _stage_covers(held: ApprovalRequirement, asked: ApprovalRequirement) -> bool
         return False
     if held.timeout_ms > asked.timeout_ms:
         return False
+    # A stage that escalates must last exactly as long: ending sooner, its next stage
+    # (another group, often a looser one) would be open while ``asked`` still holds its
+    # reviewers to this one.
+    if held.on_expired is not None and held.timeout_ms != asked.timeout_ms:
+        return False
     if asked.assurance is not None and held.assurance != asked.assurance:
         return False
     # Two acr values are ordered only by the tenant's settings: a different one is no cover.
@@ -74,7 +79,8 @@ def covers(held: ApprovalRequirement, asked: ApprovalRequirement, *, stage: int 
     ``elapsed_ms``: from the request's opening to the start of its ``stage``. Compared
     respect by respect, so that any approval meeting ``held`` meets ``asked`` under no
     looser terms: per role group of ``asked`` a group of ``held`` with at least its count
-    (signed where it is); at least ``asked``'s ``distinct_from`` rules; a timeout no longer;
+    (signed where it is); at least ``asked``'s ``distinct_from`` rules; a timeout no longer
+    (the same where the stage escalates: its next stage must not open sooner);
     the same ``assurance`` and ``min_acr``, a ``max_auth_age_s`` no longer; no escalation
     ``asked`` lacks (each later stage compared the same way); break-glass only if ``asked``
     allows it; standing approvals only within ``asked``'s bounds. A request past its first
