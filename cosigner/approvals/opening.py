@@ -166,7 +166,8 @@ def open_request_raw(raw: sqlite3.Connection, dialect: Dialect, settings: Settin
         return join_raw(raw, dialect, tenant=call.tenant, run_id=call.run_id,
                         tool=call.tool, args_hash=call.args_hash,
                         decision_id=call.decision_id, requirement=requirement,
-                        stated=values["requirement"], opened_by=opened_by,
+                        stated=values["requirement"], mask=values["mask"],
+                        opened_by=opened_by,
                         public_url=settings.public_url, now=now)
     if outbox.targets(settings, call.tenant):
         raise NeedsCore  # undone with the raw transaction: open_request notifies
@@ -212,7 +213,7 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
             existing = await load(conn, call.tenant, existing.id, lock=False)
             if existing.status != "pending":
                 continue  # expired: open a new one (escalated: judged at its new stage)
-        if joinable(existing, requirement, values["requirement"]):
+        if joinable(existing, requirement, values["requirement"], values["mask"]):
             break
         superseded = await supersede(conn, settings, existing, superseded_by=values["id"],
                                      decision_id=call.decision_id, actor=opened_by, now=now)

@@ -29,7 +29,7 @@ from cosigner.policy.result import ApprovalRequirement, parse_requirement
 if TYPE_CHECKING:
     from cosigner.core.settings import Settings
 
-__all__ = ["REASON", "covers", "joinable", "supersede"]
+__all__ = ["REASON", "covers", "joinable", "masks_cover", "supersede"]
 
 #: ``reason`` of an ``approval.superseded`` event.
 REASON = "requirement_raised"
@@ -101,11 +101,17 @@ def covers(held: ApprovalRequirement, asked: ApprovalRequirement, *, stage: int 
     return _stage_covers(held, chain[stage - 1])
 
 
-def joinable(twin: Any, asked: ApprovalRequirement, stated: dict[str, Any]) -> bool:
+def joinable(twin: Any, asked: ApprovalRequirement, stated: dict[str, Any],
+             mask: list[str] | tuple[str, ...] = ()) -> bool:
     """May a decision needing ``asked`` (``stated``: its :meth:`as_dict`, as it would be
-    stored) join pending request ``twin`` (a row with ``requirement``, ``stage``,
-    ``created_at``, ``expires_at``, not due)? The common retry, the same requirement at
-    the first stage, is one comparison of the stored dict; anything else :func:`covers`."""
+    stored) with argument ``mask`` (JSON pointers under ``args``) join pending request
+    ``twin`` (a row with ``requirement``, ``mask``, ``stage``, ``created_at``,
+    ``expires_at``, not due)? The twin must hide at least what the current policy hides
+    (:func:`masks_cover`: its approver page shows its own stored arguments, invariant 10)
+    and ask at least what it asks. The common retry, the same mask and requirement at the
+    first stage, is two comparisons of stored values; anything else :func:`covers`."""
+    if not masks_cover(twin.mask, mask):
+        return False
     stage = stage_of(twin)
     if stage == 1 and twin.requirement == stated:
         return True
@@ -115,6 +121,17 @@ def joinable(twin: Any, asked: ApprovalRequirement, stated: dict[str, Any]) -> b
         started = aware(twin.expires_at) - timedelta(milliseconds=held.timeout_ms)
         elapsed_ms = (started - aware(twin.created_at)) // timedelta(milliseconds=1)
     return covers(held, asked, stage=stage, elapsed_ms=elapsed_ms)
+
+
+def masks_cover(held: Any, asked: Any) -> bool:
+    """Every JSON pointer (RFC 6901) of ``asked`` is one of ``held`` or lies under one
+    (``/a`` hides ``/a/b``): a request stored with mask ``held`` hides at least what
+    ``asked`` hides. Pure."""
+    if not asked or list(held or ()) == list(asked):
+        return True
+    kept = set(held or ())
+    return all(path in kept or any(path.startswith(p + "/") for p in kept)
+               for path in asked)
 
 
 async def supersede(conn: AsyncConnection, settings: Settings, twin: Any, *,

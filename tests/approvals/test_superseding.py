@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cosigner.approvals.superseding import covers
+from cosigner.approvals.superseding import covers, masks_cover
 from cosigner.policy.result import ApprovalRequirement, parse_requirement
 
 BASE: dict[str, Any] = {"require": [{"role": "finance", "count": 2}], "timeout_ms": 600_000,
@@ -90,3 +90,20 @@ def test_a_later_stage_is_compared_with_the_same_stage_of_the_new_chain() -> Non
     # its second stage asks another role
     assert not covers(second, req(timeout_ms=60_000, on_expired=stage("director")),
                       stage=2, elapsed_ms=60_000)
+
+
+@pytest.mark.parametrize(("held", "asked", "covered"), [
+    ([], [], True),
+    (["/a"], [], True),
+    (["/a", "/b"], ["/b", "/a"], True),
+    (["/a"], ["/a/b"], True),  # /a hides everything under it
+    ([], ["/a"], False),  # the twin shows /a: the current policy hides it
+    (["/a/b"], ["/a"], False),
+    (["/ab"], ["/a"], False),
+    (["/a"], ["/ab"], False),  # not under /a
+    (["/a"], ["/a", "/c"], False),
+    (None, ["/a"], False),
+])
+def test_a_twin_must_hide_what_the_current_policy_hides(held: Any, asked: list[str],
+                                                        covered: bool) -> None:
+    assert masks_cover(held, asked) is covered

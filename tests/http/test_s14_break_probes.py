@@ -373,10 +373,10 @@ async def test_s14_a_superseded_signed_review_still_verifies_and_the_new_request
 
 async def test_s14_a_join_shows_approvers_args_the_current_policy_masks(
         clocked: tuple[Harness, FrozenClock], tenant: str) -> None:
-    """The current policy masks ``/path``; the retried call joins the twin opened before the
-    mask, whose approver view shows ``/path`` in clear (invariant 10: a masked path never
-    appears on the approver page). The mask is no respect of ``covers``: a join, not a
-    supersede."""
+    """The current policy masks ``/path``; the retried call joined the twin opened before
+    the mask, whose approver view showed ``/path`` in clear (invariant 10: a masked path
+    never appears on the approver page). Defect found in review; fixed: a twin is joinable
+    only when it hides at least what the current policy hides, else it is superseded."""
     h, _ = clocked
     runtime = await h.headers(tenant, "runtime")
     carol = await h.headers(tenant, "finance", subject="carol")
@@ -389,6 +389,10 @@ async def test_s14_a_join_shows_approvers_args_the_current_policy_masks(
     assert shown.status_code == 200, shown.text
     assert "/secret/payroll.xlsx" not in shown.text, (
         f"joined={second['approval']['id'] == old}: the approver sees the masked path")
+    assert second["approval"]["id"] != old  # superseded, not joined
+    again = await decide(h, runtime, {**body, "request_id": "masked-again",
+                                      "context": {"result": masked}})
+    assert again["approval"]["id"] == second["approval"]["id"]  # same mask: joins
 
 
 # --- migration 0026 on real rows ------------------------------------------------------------
