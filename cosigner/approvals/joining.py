@@ -59,6 +59,8 @@ class PendingTwin(NamedTuple):
     stage: int
     requirement: dict[str, Any]
     mask: list[str]
+    initiator: dict[str, Any]
+    principal: dict[str, Any]
     created_at: datetime
     expires_at: datetime
 
@@ -83,21 +85,23 @@ _REVIEWS_RAW = RawStatement(
 
 def join_raw(raw: sqlite3.Connection, dialect: Dialect, *, tenant: str, run_id: str,
              tool: str, args_hash: str, decision_id: str, requirement: ApprovalRequirement,
-             stated: dict[str, Any], mask: list[str], opened_by: dict[str, Any],
-             public_url: str, now: datetime) -> tuple[dict[str, Any], list[Event]]:
+             stated: dict[str, Any], mask: list[str], initiator: dict[str, Any],
+             principal: dict[str, Any], opened_by: dict[str, Any], public_url: str,
+             now: datetime) -> tuple[dict[str, Any], list[Event]]:
     """Join the pending request of the call (``tenant``, ``run_id``, ``tool``,
     ``args_hash``) that decision ``decision_id`` (UTC ``now``, needing ``requirement``,
-    ``stated`` its :meth:`as_dict`, its arguments masked at ``mask``) found pending, inside
-    the raw batch transaction:
+    ``stated`` its :meth:`as_dict`, its arguments masked at ``mask``, proposed by
+    ``initiator`` for ``principal``) found pending, inside the raw batch transaction:
     ``(the Decision's approval object {id, status, require, progress, distinct_from,
     expires_at, review_url}, [approval.joined])``, as
     :func:`cosigner.approvals.opening.open_request` joins it. Writes nothing.
 
     Raises:
         NeedsCore: the twin is due (``now >= expires_at``: :func:`open_request` expires or
-            escalates it first), asks less than ``requirement`` in some respect or hides
-            less than ``mask`` (:func:`open_request` supersedes it), or is no longer
-            pending.
+            escalates it first), was opened for other parties, hides less than ``mask``
+            or asks less than ``requirement`` in some respect (:func:`open_request`
+            supersedes it: :func:`cosigner.approvals.superseding.join_refusal`), or is no
+            longer pending.
         sqlalchemy.exc.DBAPIError: the driver's error, as SQLAlchemy's.
     """
     rows = _PENDING_TWIN_RAW.run(raw, dialect, {
@@ -105,7 +109,8 @@ def join_raw(raw: sqlite3.Connection, dialect: Dialect, *, tenant: str, run_id: 
     if not rows:
         raise NeedsCore  # (the insert saw it pending in this very transaction)
     twin = PendingTwin(*rows[0])
-    if is_due(twin, now) or not joinable(twin, requirement, stated, mask):
+    if is_due(twin, now) or not joinable(twin, requirement, stated, mask,
+                                         initiator=initiator, principal=principal):
         raise NeedsCore
     counted = [CountedReview(*row) for row in
                _REVIEWS_RAW.run(raw, dialect, {"approval_id": twin.id})[0]]

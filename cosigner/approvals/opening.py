@@ -35,7 +35,7 @@ from cosigner.approvals.requests import (
     notify,
     reviews_of,
 )
-from cosigner.approvals.superseding import joinable, supersede
+from cosigner.approvals.superseding import join_refusal, supersede
 from cosigner.approvals.views import view
 from cosigner.audit.chain import Event, append
 from cosigner.audit.masking import mask_value
@@ -167,6 +167,7 @@ def open_request_raw(raw: sqlite3.Connection, dialect: Dialect, settings: Settin
                         tool=call.tool, args_hash=call.args_hash,
                         decision_id=call.decision_id, requirement=requirement,
                         stated=values["requirement"], mask=values["mask"],
+                        initiator=values["initiator"], principal=values["principal"],
                         opened_by=opened_by,
                         public_url=settings.public_url, now=now)
     if outbox.targets(settings, call.tenant):
@@ -213,10 +214,13 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
             existing = await load(conn, call.tenant, existing.id, lock=False)
             if existing.status != "pending":
                 continue  # expired: open a new one (escalated: judged at its new stage)
-        if joinable(existing, requirement, values["requirement"], values["mask"]):
+        refusal = join_refusal(existing, requirement, values["requirement"], values["mask"],
+                               initiator=values["initiator"], principal=values["principal"])
+        if refusal is None:
             break
         superseded = await supersede(conn, settings, existing, superseded_by=values["id"],
-                                     decision_id=call.decision_id, actor=opened_by, now=now)
+                                     decision_id=call.decision_id, actor=opened_by, now=now,
+                                     reason=refusal)
         if superseded is None:
             continue  # moved by another writer first (a lock makes this rare)
         events.append(superseded)

@@ -29,9 +29,10 @@ from cosigner.policy.result import ApprovalRequirement, parse_requirement
 if TYPE_CHECKING:
     from cosigner.core.settings import Settings
 
-__all__ = ["REASON", "covers", "joinable", "masks_cover", "supersede"]
+__all__ = ["REASON", "covers", "join_refusal", "joinable", "masks_cover", "supersede"]
 
-#: ``reason`` of an ``approval.superseded`` event.
+#: ``reason`` of an ``approval.superseded`` event whose twin asked less (the others:
+#: :func:`join_refusal`).
 REASON = "requirement_raised"
 
 _DISTINCT_PARTS: dict[str, frozenset[str]] = {
@@ -101,26 +102,47 @@ def covers(held: ApprovalRequirement, asked: ApprovalRequirement, *, stage: int 
     return _stage_covers(held, chain[stage - 1])
 
 
-def joinable(twin: Any, asked: ApprovalRequirement, stated: dict[str, Any],
-             mask: list[str] | tuple[str, ...] = ()) -> bool:
-    """May a decision needing ``asked`` (``stated``: its :meth:`as_dict`, as it would be
-    stored) with argument ``mask`` (JSON pointers under ``args``) join pending request
-    ``twin`` (a row with ``requirement``, ``mask``, ``stage``, ``created_at``,
-    ``expires_at``, not due)? The twin must hide at least what the current policy hides
-    (:func:`masks_cover`: its approver page shows its own stored arguments, invariant 10)
-    and ask at least what it asks. The common retry, the same mask and requirement at the
-    first stage, is two comparisons of stored values; anything else :func:`covers`."""
+def join_refusal(twin: Any, asked: ApprovalRequirement, stated: dict[str, Any],
+                 mask: list[str] | tuple[str, ...] = (), *,
+                 initiator: dict[str, Any] | None = None,
+                 principal: dict[str, Any] | None = None) -> str | None:
+    """Why a decision needing ``asked`` (``stated``: its :meth:`as_dict`, as it would be
+    stored), with argument ``mask`` (JSON pointers under ``args``), proposed by
+    ``initiator`` on behalf of ``principal``, may not join pending request ``twin`` (a row
+    with ``requirement``, ``mask``, ``initiator``, ``principal``, ``stage``,
+    ``created_at``, ``expires_at``, not due); ``None`` when it may.
+
+    Reasons (the ``approval.superseded`` event's ``reason``): ``other_party``: the twin was
+    opened for another initiator or principal, whom separation of duties compared its
+    approvers with (an approver who proposed this call could otherwise approve the twin);
+    ``mask_widened``: the twin hides less of the arguments than the current policy
+    (:func:`masks_cover`; its approver page shows its own stored arguments, invariant 10);
+    ``requirement_raised``: the twin asks less (:func:`covers`). ``initiator`` and
+    ``principal`` ``None``: not compared. The common retry, the same parties, mask and
+    requirement at the first stage, is four comparisons of stored values."""
+    if (initiator is not None and twin.initiator != initiator) or (
+            principal is not None and twin.principal != principal):
+        return "other_party"
     if not masks_cover(twin.mask, mask):
-        return False
+        return "mask_widened"
     stage = stage_of(twin)
     if stage == 1 and twin.requirement == stated:
-        return True
+        return None
     held = parse_requirement(twin.requirement)
     elapsed_ms = 0
     if stage > 1:  # the current stage began where the last one ended (requests.expire)
         started = aware(twin.expires_at) - timedelta(milliseconds=held.timeout_ms)
         elapsed_ms = (started - aware(twin.created_at)) // timedelta(milliseconds=1)
-    return covers(held, asked, stage=stage, elapsed_ms=elapsed_ms)
+    return None if covers(held, asked, stage=stage, elapsed_ms=elapsed_ms) else REASON
+
+
+def joinable(twin: Any, asked: ApprovalRequirement, stated: dict[str, Any],
+             mask: list[str] | tuple[str, ...] = (), *,
+             initiator: dict[str, Any] | None = None,
+             principal: dict[str, Any] | None = None) -> bool:
+    """True when :func:`join_refusal` finds no reason."""
+    return join_refusal(twin, asked, stated, mask, initiator=initiator,
+                        principal=principal) is None
 
 
 def masks_cover(held: Any, asked: Any) -> bool:
@@ -136,7 +158,7 @@ def masks_cover(held: Any, asked: Any) -> bool:
 
 async def supersede(conn: AsyncConnection, settings: Settings, twin: Any, *,
                     superseded_by: str, decision_id: str, actor: dict[str, Any],
-                    now: datetime) -> Event | None:
+                    now: datetime, reason: str = REASON) -> Event | None:
     """Cancel pending request ``twin`` (locked by the caller) in favour of request
     ``superseded_by``, which decision ``decision_id`` (of ``actor``) is about to open with
     a stricter requirement; void its reviews and queue the webhook ``approval.decided``
@@ -153,4 +175,4 @@ async def supersede(conn: AsyncConnection, settings: Settings, twin: Any, *,
     await notify(conn, settings, twin, "approval.decided", now, status="cancelled",
                  decided_by=[str(actor.get("subject"))])
     return event("approval.superseded", twin, actor, superseded_by=superseded_by,
-                 decision_id=decision_id, reason=REASON, voided=voided)
+                 decision_id=decision_id, reason=reason, voided=voided)

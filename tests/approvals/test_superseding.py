@@ -107,3 +107,26 @@ def test_a_later_stage_is_compared_with_the_same_stage_of_the_new_chain() -> Non
 def test_a_twin_must_hide_what_the_current_policy_hides(held: Any, asked: list[str],
                                                         covered: bool) -> None:
     assert masks_cover(held, asked) is covered
+
+
+def test_join_refusal_names_its_reason() -> None:
+    from types import SimpleNamespace
+
+    from cosigner.approvals.superseding import join_refusal
+
+    agent, user = {"id": "agent-1", "type": "agent"}, {"id": "u", "type": "user"}
+    customer = {"id": "c-1", "type": "customer"}
+    stated = req().as_dict()
+    twin = SimpleNamespace(requirement=stated, mask=["/a"], initiator=agent,
+                           principal=customer, stage=1)
+    same = {"initiator": agent, "principal": customer}
+    assert join_refusal(twin, req(), stated, ["/a"], **same) is None
+    assert join_refusal(twin, req(), stated, ["/a"]) is None  # parties not compared
+    assert join_refusal(twin, req(), stated, ["/a"], initiator=user,
+                        principal=customer) == "other_party"
+    assert join_refusal(twin, req(), stated, ["/a"], initiator=agent,
+                        principal={"id": "c-2", "type": "customer"}) == "other_party"
+    assert join_refusal(twin, req(), stated, ["/a", "/b"], **same) == "mask_widened"
+    stricter = req(require=[{"role": "finance", "count": 3}])
+    assert join_refusal(twin, stricter, stricter.as_dict(), ["/a"],
+                        **same) == "requirement_raised"

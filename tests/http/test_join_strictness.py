@@ -406,3 +406,55 @@ async def test_stricter_decisions_on_two_replicas_supersede_the_twin_once(
     assert [e["type"] for e in events].count("approval.requested") == 2  # the twin's, the new
     assert [e["type"] for e in events].count("approval.joined") == 7
     await chain_holds(replicas[0], tenant)
+
+
+# --- the parties: another initiator or principal never joins ------------------------------
+
+
+async def test_an_approver_proposing_the_same_call_supersedes_and_cannot_approve_it(
+        clocked: tuple[Harness, FrozenClock], tenant: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Carol (finance) proposes the very call an agent's pending request holds. Joined, the
+    request would compare its approvers with the agent only, and Carol could approve her
+    own call. The twin is superseded (``other_party``) and the new request is Carol's:
+    she is refused as its initiator; another approver's review mints the permit."""
+    h, _ = clocked
+    runtime = await h.headers(tenant, "runtime")
+    carol = await h.headers(tenant, "finance", subject="carol")
+    dave = await h.headers(tenant, "finance", subject="dave")
+    ways = Ways(monkeypatch)
+    body = scripted(needs(("finance", 1)))
+    old = (await decide(h, runtime, body))["approval"]["id"]
+    ways.take()
+    mine = await decide(h, runtime, {**body, "request_id": "carol-proposes",
+                                     "initiator": {"id": "carol", "type": "user"}})
+    assert ways.take() == (["join_raw", "core"] if h.db.is_sqlite else ["core"])
+    new = mine["approval"]["id"]
+    assert new != old and (await state(h, runtime, old))["status"] == "cancelled"
+    superseded = (await _events(h, tenant, "approval.superseded"))[0]
+    assert superseded["payload"]["reason"] == "other_party"
+    refused = await review(h, carol, new)
+    assert (refused.status_code, refused.json()["code"]) == (403, "self_approval")
+    # The same parties again: joins (on SQLite on the raw path), nothing superseded.
+    ways.take()
+    again = await decide(h, runtime, {**body, "request_id": "carol-again",
+                                      "initiator": {"id": "carol", "type": "user"}})
+    assert again["approval"]["id"] == new
+    assert ways.take() == (["join_raw"] if h.db.is_sqlite else ["core"])
+    assert (await review(h, dave, new)).status_code == 200
+    assert await _permit_approvers(h, runtime, new) == [("dave", "finance")]
+    await chain_holds(h, tenant)
+
+
+async def test_another_principal_supersedes(clocked: tuple[Harness, FrozenClock],
+                                            tenant: str) -> None:
+    h, _ = clocked
+    runtime = await h.headers(tenant, "runtime")
+    body = scripted(needs(("finance", 1)))
+    old = (await decide(h, runtime, body))["approval"]["id"]
+    other = await decide(h, runtime, {**body, "request_id": "other-principal",
+                                      "principal": {"id": "customer-7", "type": "customer"}})
+    assert other["approval"]["id"] != old
+    assert (await _events(h, tenant, "approval.superseded"))[0]["payload"]["reason"] == \
+        "other_party"
+    await chain_holds(h, tenant)
