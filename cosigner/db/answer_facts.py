@@ -8,8 +8,11 @@ lifetime and 64-byte Ed25519 signature. Form 8 stores those facts and nothing el
 answer, the token's header (RFC 7515 §4) and its claims (RFC 7519 §4.1) are rebuilt from
 them with :mod:`orjson`, byte for byte.
 
-Layout after the format byte ``8``: eight texts (issuer, audience, kid, tenant, tool,
-effect, policy id, policy version), each a one-byte length and its UTF-8 bytes; the
+Layout after the format byte ``8``: seven texts (issuer, audience, kid, tenant, tool,
+policy id, policy version), each a one-byte length (0..254) and its UTF-8 bytes, or the
+byte ``0xFF`` alone for the format's own spelling of it (:data:`SPELLED`: the issuer
+``cosigner`` and the audience ``cosigner-executor``, constants of this format whatever the
+settings' defaults become); the effect is ``allow`` (the only one stored this way); the
 reasons as compact JSON after a two-byte big-endian length; the jti's 16 bytes (it is 32
 lower-case hex digits); ``iat`` as a signed 64-bit and ``exp - iat`` as an unsigned 32-bit
 big-endian integer; the signature's 64 bytes.
@@ -18,10 +21,10 @@ Exactness: :func:`pack` builds the form, rebuilds the answer's parts from it
 (:func:`parts`, the reader's code) and keeps it only when all four equal the parts the
 writer holds, else answers ``None`` (the caller then stores form 7). A value that does not
 fit the template (an approval, a standing approval's claim, a jti that is not hex, a text
-over 255 bytes) is therefore never misread; it is stored as before. No compression runs:
-281 bytes for the bench's allow against form 7's ~325, and ~10 µs to write (half of it the
-check) against ~23; in process an allow costs ~13 µs less CPU (bench/README.md, session
-14).
+of 255 bytes or more) is therefore never misread; it is stored as before. No compression runs:
+250 bytes for the bench's allow against form 7's ~323 (8 decision rows in a 4 KB page
+instead of 7), and ~10 µs to write (half of it the check) against ~23; in process an
+allow costs ~13 µs less CPU (bench/README.md, session 14).
 """
 
 from __future__ import annotations
@@ -39,8 +42,16 @@ _PREFIX = bytes([V8_FACTS])
 _NUMBERS = struct.Struct(">16sqI")
 _REASONS = struct.Struct(">H")
 _SIGNATURE = 64
-#: The eight texts of the layout, in order.
-_TEXTS = 8
+#: The seven texts of the layout, in order.
+_TEXTS = 7
+#: Texts a single ``0xFF`` byte stands for, by place in the layout (issuer, audience): the
+#: spellings most servers sign with, kept out of every row. Part of the format: never
+#: changed (a new spelling needs a new format byte).
+SPELLED: dict[int, str] = {0: "cosigner", 1: "cosigner-executor"}
+_SPELLED_BYTES = {place: text.encode() for place, text in SPELLED.items()}
+_AS_SPELLED = 0xFF
+_AS_SPELLED_BYTE = bytes([_AS_SPELLED])
+_EFFECT = "allow"
 
 
 def pack(value: dict[str, Any], parts: tuple[bytes, bytes, bytes, bytes],
@@ -49,7 +60,7 @@ def pack(value: dict[str, Any], parts: tuple[bytes, bytes, bytes, bytes],
     are ``parts`` (answer with an empty token, header, claims, signature), given its row's
     reference texts; ``None`` when the answer is not the template's (module docstring)."""
     answer, header, claims, signature = parts
-    if len(signature) != _SIGNATURE or value.get("effect") != "allow":
+    if len(signature) != _SIGNATURE or value.get("effect") != _EFFECT:
         return None
     try:
         head = orjson.loads(header)
@@ -57,13 +68,18 @@ def pack(value: dict[str, Any], parts: tuple[bytes, bytes, bytes, bytes],
         policy = value["policy"]
         jti = bytes.fromhex(stated["jti"])
         texts = (stated["iss"], stated["aud"], head["kid"], stated["tenant"], stated["tool"],
-                 value["effect"], policy["id"], policy["version"])
+                 policy["id"], policy["version"])
         reasons = orjson.dumps(value["reasons"])
         iat, exp = stated["iat"], stated["exp"]
         packed = [_PREFIX]
-        for text in texts:
+        for place, text in enumerate(texts):
             raw = text.encode()
-            packed += (bytes([len(raw)]), raw)
+            if raw == _SPELLED_BYTES.get(place):
+                packed.append(_AS_SPELLED_BYTE)
+            elif len(raw) < _AS_SPELLED:
+                packed += (bytes([len(raw)]), raw)
+            else:
+                return None  # 255 bytes and more: not this form
         packed += (_REASONS.pack(len(reasons)), reasons,
                    _NUMBERS.pack(jti, iat, exp - iat), signature)
     except (KeyError, TypeError, AttributeError, ValueError, OverflowError, struct.error,
@@ -95,8 +111,12 @@ def parts_of(stored: bytes, refs: Sequence[str | None]) -> tuple[bytes, bytes, b
         raise ValueError("a form 8 response refers to a column its row does not hold")
     at, texts = 1, []
     try:
-        for _ in range(_TEXTS):
+        for place in range(_TEXTS):
             size = stored[at]
+            if size == _AS_SPELLED:
+                texts.append(SPELLED[place])  # KeyError: no spelling at this place
+                at += 1
+                continue
             texts.append(stored[at + 1:at + 1 + size].decode())
             at += 1 + size
         (size,) = _REASONS.unpack_from(stored, at)
@@ -104,12 +124,12 @@ def parts_of(stored: bytes, refs: Sequence[str | None]) -> tuple[bytes, bytes, b
         at += 2 + size
         jti, iat, ttl = _NUMBERS.unpack_from(stored, at)
         at += _NUMBERS.size
-    except (IndexError, UnicodeDecodeError, struct.error) as exc:
+    except (IndexError, KeyError, UnicodeDecodeError, struct.error) as exc:
         raise ValueError("damaged form 8 response") from exc
     signature = stored[at:]
     if len(signature) != _SIGNATURE or len(reasons) != size:
         raise ValueError("damaged form 8 response")
-    issuer, audience, kid, tenant, tool, effect, policy_id, version = texts
+    issuer, audience, kid, tenant, tool, policy_id, version = texts
     policy = {"id": policy_id, "version": version, "revision": revision}
     exp = iat + ttl
     claims = orjson.dumps({
@@ -120,7 +140,7 @@ def parts_of(stored: bytes, refs: Sequence[str | None]) -> tuple[bytes, bytes, b
     try:
         expires = _expires_text(exp)
         answer = orjson.dumps({
-            "decision_id": decision_id, "request_id": request_id, "effect": effect,
+            "decision_id": decision_id, "request_id": request_id, "effect": _EFFECT,
             "reasons": orjson.Fragment(reasons), "policy": policy, "args_hash": args_hash,
             "permit": {"token": "", "jti": jti.hex(), "expires_at": expires},
             "approval": None})

@@ -72,6 +72,29 @@ def test_the_typ_is_the_permits() -> None:
     assert answer_facts.PERMIT_TYP == tokens.PERMIT_TYP
 
 
+def test_the_usual_issuer_and_audience_take_a_byte_each() -> None:
+    """The format's own spellings (today's settings defaults) are one byte each in the
+    row; any other issuer or audience is spelled out, and both read back."""
+    from cosigner.core.settings import Settings
+
+    defaults = Settings.model_fields
+    assert (defaults["issuer"].default, defaults["audience"].default) == (
+        answer_facts.SPELLED[0], answer_facts.SPELLED[1])
+    usual, parts, refs = minted()
+    other, other_parts, other_refs = minted(iss="https://pdp.example", aud="tools")
+    short = answer_facts.pack(usual, parts, refs)
+    long_ = answer_facts.pack(other, other_parts, other_refs)
+    assert short is not None and long_ is not None
+    assert b"cosigner-executor" not in short and b"https://pdp.example" in long_
+    assert len(long_) - len(short) == len("https://pdp.example") + len("tools")
+    assert answer_facts.parts_of(short, refs) == parts
+    assert answer_facts.parts_of(long_, other_refs) == other_parts
+    # A spelling byte where the format has no spelling (the kid's place) is damage.
+    at = 1 + 1 + 1  # prefix, issuer and audience as spelled
+    with pytest.raises(ValueError):
+        answer_facts.parts_of(short[:at] + b"\xff" + short[at + 1 + len(KID):], refs)
+
+
 def test_the_allow_path_answer_is_form_8_and_reads_back() -> None:
     value, parts, refs = minted()
     stored = response_row.bind(value, refs)
@@ -124,8 +147,8 @@ def test_form_8_is_exact_or_not_used(iss: str, aud: str, kid: str, tenant: str, 
     assert orjson.dumps(back) == orjson.dumps(value)
     fits = (jti == JTI and alg == "Ed25519" and standing is None and effect == "allow"
             and 0 <= ttl < 2**32 and iat + ttl < 253_402_300_800
-            and all(len(t.encode()) <= 255 for t in (iss, aud, kid, tenant, tool,
-                                                      policy_id, version))
+            and all(len(t.encode()) < 255 or t in ("cosigner", "cosigner-executor")
+                    for t in (iss, aud, kid, tenant, tool, policy_id, version))
             and len(orjson.dumps(reasons)) < 2**16)
     assert (packed is not None) == fits
 
@@ -169,7 +192,7 @@ def test_damaged_or_unrooted_form_8_is_a_value_error() -> None:
     stored = response_row.bind(value, refs)
     assert stored is not None and stored[0] == compressed.V8_FACTS
     for damaged in (stored[:-1], stored + b"\x00", stored[:40], stored[:1],
-                    stored[:1] + b"\xff" + stored[2:], b"\x07" + stored[1:]):
+                    stored[:1] + b"\xfe" + stored[2:], b"\x07" + stored[1:]):
         with pytest.raises(ValueError):
             answer_facts.parts_of(damaged, refs)
     with pytest.raises(ValueError):  # a reader without the row's run id
