@@ -7,11 +7,11 @@ pending request joins it (:func:`cosigner.approvals.opening.open_request`): no n
 20, session 13: through SQLAlchemy a join cost about twice a new request). It reads the
 twin and its reviews with the statements SQLAlchemy would send (:class:`RawStatement`:
 same SQL, same bind and result processors), so the event (hence the chain) and the answer
-are the same either way. Its one case is a twin still pending, not due, and asking at
-least what the decision's requirement asks (:func:`cosigner.approvals.superseding.joinable`:
-for the common retry one comparison of the stored requirement, no statement more); a twin
-past ``expires_at`` (expiry wins: expire or escalate it first), a twin the decision's
-requirement is stricter than (to supersede) and a twin gone since the insert found it go
+are the same either way. Its one case is a twin still pending, not due, and joinable
+(:func:`cosigner.approvals.superseding.join_refusal`: the same parties, at least the mask,
+at least the requirement; for the common retry comparisons of the twin's stored values, no
+statement more); a twin past ``expires_at`` (expiry wins: expire or escalate it first), a
+twin that may not be joined (to supersede) and a twin gone since the insert found it go
 back to :func:`open_request` (:class:`NeedsCore`).
 """
 
@@ -25,7 +25,7 @@ from sqlalchemy import ColumnElement, bindparam, literal_column, select
 from sqlalchemy.engine import Dialect
 
 from cosigner.approvals.requests import event, is_due
-from cosigner.approvals.superseding import joinable
+from cosigner.approvals.superseding import join_refusal
 from cosigner.approvals.views import view
 from cosigner.audit.chain import Event
 from cosigner.db.batch import NeedsCore
@@ -47,7 +47,7 @@ PENDING_CALL: tuple[ColumnElement[bool], ...] = (
 class PendingTwin(NamedTuple):
     """The columns of a pending request a join reads: the ``approval.joined`` event's
     (:func:`cosigner.approvals.requests.event`), the brief view's and
-    :func:`cosigner.approvals.superseding.joinable`'s."""
+    :func:`cosigner.approvals.superseding.join_refusal`'s."""
 
     id: str
     decision_id: str
@@ -109,8 +109,8 @@ def join_raw(raw: sqlite3.Connection, dialect: Dialect, *, tenant: str, run_id: 
     if not rows:
         raise NeedsCore  # (the insert saw it pending in this very transaction)
     twin = PendingTwin(*rows[0])
-    if is_due(twin, now) or not joinable(twin, requirement, stated, mask,
-                                         initiator=initiator, principal=principal):
+    if is_due(twin, now) or join_refusal(twin, requirement, stated, mask, initiator=initiator,
+                                         principal=principal) is not None:
         raise NeedsCore
     counted = [CountedReview(*row) for row in
                _REVIEWS_RAW.run(raw, dialect, {"approval_id": twin.id})[0]]

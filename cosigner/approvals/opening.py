@@ -1,10 +1,11 @@
 """Opening approval requests: from a ``require_approval`` decision, or on a runtime's request.
 
 An identical request (same tenant, run, tool, args hash) while one is pending joins it: same
-id, no new notification, as long as the twin asks at least what the new requirement asks.
-When the new one is stricter in any respect the twin is superseded (cancelled, its reviews
-voided) and a new request opens with the new requirement
-(:mod:`cosigner.approvals.superseding`): a join never weakens the current policy. The
+id, no new notification, as long as the twin was opened for the same initiator and
+principal, hides at least the current mask and asks at least what the new requirement
+asks. Otherwise the twin is superseded (cancelled, its reviews voided) and a new request
+opens with the new requirement (:mod:`cosigner.approvals.superseding`): a join never
+weakens the current policy. The
 partial unique index ``uq_approvals_pending_call`` settles two concurrent openings across
 replicas; the loser's insert does nothing and it joins the winner. A pending twin already
 past ``expires_at`` ends its stage first (expiry wins): escalated, it is joined (if its new
@@ -186,11 +187,11 @@ async def open_request(conn: AsyncConnection, settings: Settings, *, call: CallF
     Returns ``(approval object of the Decision, events)``; the events are
     ``approval.requested`` or ``approval.joined`` (preceded by ``approval.expired`` or
     ``approval.escalated`` when the pending twin's stage had run out, and by
-    ``approval.superseded`` when the twin asked less than ``requirement``:
-    :mod:`cosigner.approvals.superseding`). A concurrent insert of the twin is settled by
-    the partial unique index ``uq_approvals_pending_call``: the loser's insert does nothing
-    and it joins the winner (or supersedes it). Only a new request notifies (webhook
-    ``approval.pending``, queued in this transaction; a superseded twin
+    ``approval.superseded`` when the twin may not be joined:
+    :func:`cosigner.approvals.superseding.join_refusal`). A concurrent insert of the twin
+    is settled by the partial unique index ``uq_approvals_pending_call``: the loser's
+    insert does nothing and it joins the winner (or supersedes it). Only a new request
+    notifies (webhook ``approval.pending``, queued in this transaction; a superseded twin
     ``approval.decided``).
 
     Raises:

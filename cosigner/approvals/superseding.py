@@ -2,8 +2,10 @@
 
 A ``require_approval`` decision whose call (tenant, run, tool, args hash) already has a
 pending request joins it (:func:`cosigner.approvals.opening.open_request`) only when the
-twin asks at least what the decision's own requirement asks (:func:`covers`): a join must
-never weaken the current policy. Otherwise the twin is **superseded**: moved to
+twin was opened for the same initiator and principal, hides at least the arguments the
+current policy masks, and asks at least what the decision's own requirement asks
+(:func:`join_refusal`, :func:`covers`): a join must never weaken the current policy.
+Otherwise the twin is **superseded**: moved to
 ``cancelled`` (:func:`cosigner.approvals.requests.transition`; terminal, like any
 cancellation) with an ``approval.superseded`` event naming the request that replaces it,
 and a new request opens with the decision's requirement, exactly as if there had been no
@@ -29,7 +31,7 @@ from cosigner.policy.result import ApprovalRequirement, parse_requirement
 if TYPE_CHECKING:
     from cosigner.core.settings import Settings
 
-__all__ = ["REASON", "covers", "join_refusal", "joinable", "masks_cover", "supersede"]
+__all__ = ["REASON", "covers", "join_refusal", "masks_cover", "supersede"]
 
 #: ``reason`` of an ``approval.superseded`` event whose twin asked less (the others:
 #: :func:`join_refusal`).
@@ -136,15 +138,6 @@ def join_refusal(twin: Any, asked: ApprovalRequirement, stated: dict[str, Any],
     return None if covers(held, asked, stage=stage, elapsed_ms=elapsed_ms) else REASON
 
 
-def joinable(twin: Any, asked: ApprovalRequirement, stated: dict[str, Any],
-             mask: list[str] | tuple[str, ...] = (), *,
-             initiator: dict[str, Any] | None = None,
-             principal: dict[str, Any] | None = None) -> bool:
-    """True when :func:`join_refusal` finds no reason."""
-    return join_refusal(twin, asked, stated, mask, initiator=initiator,
-                        principal=principal) is None
-
-
 def masks_cover(held: Any, asked: Any) -> bool:
     """Every JSON pointer (RFC 6901) of ``asked`` is one of ``held`` or lies under one
     (``/a`` hides ``/a/b``): a request stored with mask ``held`` hides at least what
@@ -160,9 +153,10 @@ async def supersede(conn: AsyncConnection, settings: Settings, twin: Any, *,
                     superseded_by: str, decision_id: str, actor: dict[str, Any],
                     now: datetime, reason: str = REASON) -> Event | None:
     """Cancel pending request ``twin`` (locked by the caller) in favour of request
-    ``superseded_by``, which decision ``decision_id`` (of ``actor``) is about to open with
-    a stricter requirement; void its reviews and queue the webhook ``approval.decided``
-    (status ``cancelled``, ``decided_by`` the actor). Returns the ``approval.superseded``
+    ``superseded_by``, which decision ``decision_id`` (of ``actor``) is about to open
+    because the twin may not be joined (``reason``, :func:`join_refusal`); void its
+    reviews and queue the webhook ``approval.decided`` (status ``cancelled``,
+    ``decided_by`` the actor). Returns the ``approval.superseded``
     event, or ``None`` when another writer moved the twin first (nothing written)."""
     given = await reviews_of(conn, twin.id)
     if not await transition(conn, twin, "cancelled", now=now):

@@ -59,3 +59,25 @@ def numeric_date(moment: datetime) -> int:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("datetime must be timezone-aware")
     return (moment - _EPOCH) // _SECOND
+
+
+#: The last expiry seen: ``(exp, its UTC datetime, its text)``. Permits minted in the same
+#: second with the same lifetime share it (``strftime`` is the costliest part of preparing
+#: a permit's row after the signature).
+_last_expiry: tuple[int, datetime, str] = (-1, datetime.min, "")
+
+
+def expiry_of(exp: int) -> tuple[datetime, str]:
+    """``exp`` (RFC 7519 NumericDate, s) as an aware UTC datetime and its RFC 3339 text to
+    the second, ``YYYY-MM-DDTHH:MM:SSZ`` (a permit's ``expires_at``); the last one is
+    remembered.
+
+    Raises:
+        OverflowError, OSError, ValueError: ``exp`` is not a representable date.
+    """
+    global _last_expiry  # noqa: PLW0603 - a one-entry memo
+    last = _last_expiry
+    if last[0] != exp:
+        at = datetime.fromtimestamp(exp, UTC)
+        last = _last_expiry = (exp, at, at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return last[1], last[2]

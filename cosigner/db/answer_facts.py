@@ -18,7 +18,7 @@ lower-case hex digits); ``iat`` as a signed 64-bit and ``exp - iat`` as an unsig
 big-endian integer; the signature's 64 bytes.
 
 Exactness: :func:`pack` builds the form, rebuilds the answer's parts from it
-(:func:`parts`, the reader's code) and keeps it only when all four equal the parts the
+(:func:`parts_of`, the reader's code) and keeps it only when all four equal the parts the
 writer holds, else answers ``None`` (the caller then stores form 7). A value that does not
 fit the template (an approval, a standing approval's claim, a jti that is not hex, a text
 of 255 bytes or more) is therefore never misread; it is stored as before. No compression runs:
@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from cosigner.core.clock import expiry_of
 from cosigner.db.compressed import V8_FACTS
 
 _PREFIX = bytes([V8_FACTS])
@@ -84,7 +84,7 @@ def pack(value: dict[str, Any], parts: tuple[bytes, bytes, bytes, bytes],
                    _NUMBERS.pack(jti, iat, exp - iat), signature)
     except (KeyError, TypeError, AttributeError, ValueError, OverflowError, struct.error,
             orjson.JSONDecodeError):
-        return None  # not the template's shape (a bytes length past 255 is a ValueError)
+        return None  # not the template's shape
     stored = b"".join(packed)
     try:
         if parts_of(stored, refs) != parts:
@@ -132,35 +132,23 @@ def parts_of(stored: bytes, refs: Sequence[str | None]) -> tuple[bytes, bytes, b
     issuer, audience, kid, tenant, tool, policy_id, version = texts
     policy = {"id": policy_id, "version": version, "revision": revision}
     exp = iat + ttl
+    jti_hex = jti.hex()
     claims = orjson.dumps({
-        "iss": issuer, "aud": audience, "jti": jti.hex(), "iat": iat, "nbf": iat, "exp": exp,
+        "iss": issuer, "aud": audience, "jti": jti_hex, "iat": iat, "nbf": iat, "exp": exp,
         "tenant": tenant, "run": run_id, "decision_id": decision_id, "tool": tool,
         "args_hash": args_hash, "policy": policy, "approvers": []})
     header = orjson.dumps({"alg": "Ed25519", "kid": kid, "typ": PERMIT_TYP})
     try:
-        expires = _expires_text(exp)
+        expires = expiry_of(exp)[1]
         answer = orjson.dumps({
             "decision_id": decision_id, "request_id": request_id, "effect": _EFFECT,
             "reasons": orjson.Fragment(reasons), "policy": policy, "args_hash": args_hash,
-            "permit": {"token": "", "jti": jti.hex(), "expires_at": expires},
+            "permit": {"token": "", "jti": jti_hex, "expires_at": expires},
             "approval": None})
-    except (OverflowError, OSError, orjson.JSONEncodeError) as exc:
+    except (OverflowError, OSError, ValueError, orjson.JSONEncodeError) as exc:
         raise ValueError("damaged form 8 response") from exc
     return answer, header, claims, signature
 
-
-def _expires_text(exp: int) -> str:
-    """``exp`` (NumericDate) as ``YYYY-MM-DDTHH:MM:SSZ``, as the permit's ``expires_at``
-    (:func:`cosigner.permits.ledger.prepare_permit`); the last one is remembered (the
-    answers of one second share it, and ``strftime`` is most of this function's cost)."""
-    global _last  # noqa: PLW0603 - a one-entry memo
-    last = _last
-    if last[0] != exp:
-        last = _last = (exp, datetime.fromtimestamp(exp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
-    return last[1]
-
-
-_last: tuple[int, str] = (-1, "")
 
 #: The permit header's ``typ`` (:data:`cosigner.permits.tokens.PERMIT_TYP`, which tests
 #: compare with this; db/ does not import permits/).

@@ -9,7 +9,7 @@ Redeem re-evaluates the currently active policy on the input recorded at decisio
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, select
@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.audit.chain import Event, append
 from cosigner.audit.masking import mask_value
 from cosigner.context import AppContext
+from cosigner.core.clock import expiry_of
 from cosigner.core.errors import Conflict, Forbidden, NotFound, PermitRefused
 from cosigner.core.settings import Settings
 from cosigner.db.tables import permits as permits_table
@@ -45,7 +46,7 @@ def prepare_permit(
         run_id=run_id, decision_id=decision_id, approval_id=approval_id, tool=tool,
         args_hash=args_hash, policy=policy, approvers=approvers, now=now, ttl_s=ttl_s,
         break_glass=break_glass, standing_id=standing_id)
-    expires_at, expires_text = _expiry(claims.exp)
+    expires_at, expires_text = expiry_of(claims.exp)
     row = {"jti": claims.jti, "tenant": tenant, "decision_id": decision_id,
            "approval_id": approval_id, "run_id": run_id, "tool": tool,
            "args_hash": args_hash, "status": "issued", "issued_at": now,
@@ -62,22 +63,6 @@ def prepare_permit(
     permit = {"token": token, "jti": claims.jti,
               "expires_at": expires_text}
     return permit, event, row
-
-
-#: The last expiry seen: ``(exp, its UTC datetime, its RFC 3339 text)``. Permits minted in
-#: the same second with the same lifetime share it (``strftime`` is the costliest part of
-#: preparing a permit's row after the signature).
-_last_expiry: tuple[int, datetime, str] = (-1, datetime.min, "")
-
-
-def _expiry(exp: int) -> tuple[datetime, str]:
-    """``exp`` (NumericDate) as an aware UTC datetime and ``YYYY-MM-DDTHH:MM:SSZ``."""
-    global _last_expiry  # noqa: PLW0603 - a one-entry memo
-    last = _last_expiry
-    if last[0] != exp:
-        at = datetime.fromtimestamp(exp, UTC)
-        last = _last_expiry = (exp, at, at.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    return last[1], last[2]
 
 
 async def issue(

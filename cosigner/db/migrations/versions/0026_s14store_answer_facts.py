@@ -2,8 +2,8 @@
 
 ``decisions.response`` in stored form 7 (:mod:`cosigner.db.response_row`) whose answer is
 an allow with a permit this server minted is rewritten in form 8
-(:mod:`cosigner.db.answer_facts`): the issuer, audience, kid, tenant, tool, effect, policy
-id and version, the reasons, the jti, issue time, lifetime and signature; the answer, the
+(:mod:`cosigner.db.answer_facts`): the issuer, audience, kid, tenant, tool, policy id and
+version, the reasons, the jti, issue time, lifetime and signature; the answer, the
 token's header and claims are rebuilt from them and the row's columns. A value is
 rewritten only when the rebuilt answer is byte for byte the one read from form 7
 (``answer_facts.pack`` checks it); anything else, and a value whose frame does not decode
