@@ -65,7 +65,7 @@ approvals = Table(
     Column("break_glass", JSON, nullable=True),
     Column("after_review", String(8), nullable=True),  # open | done
     Column("after_reviewed", JSON, nullable=True),  # {by: actor, verdict, comment, at}
-    # Partial indexes: the migrations (0002, 0007) create them with the same WHERE on
+    # Partial indexes: the migrations (0002, 0007, 0027) create them with the same WHERE on
     # PostgreSQL too. Here only the SQLite form: a ``postgresql_where`` makes SQLAlchemy load
     # the PostgreSQL dialect to check it, ~2.3 MB in every SQLite server (issue 20).
     Index("uq_approvals_pending_call", "tenant", "run_id", "tool", "args_hash", unique=True,
@@ -76,9 +76,12 @@ approvals = Table(
     Index("ix_approvals_tenant_status", "tenant", "status", "expires_at"),
     # The approver pages' lists (cosigner.approvals.listing): inbox by creation, history.
     Index("ix_approvals_tenant_created", "tenant", "status", "created_at"),
-    Index("ix_approvals_tenant_decided", "tenant", "decided_at"),
+    # Only decided requests, and only break-glass ones (0027): an opening writes neither.
+    Index("ix_approvals_tenant_decided", "tenant", "decided_at",
+          sqlite_where=text("decided_at IS NOT NULL")),
     Index("ix_approvals_decision", "tenant", "decision_id"),
-    Index("ix_approvals_after_review", "tenant", "after_review"),
+    Index("ix_approvals_after_review", "tenant", "after_review",
+          sqlite_where=text("after_review IS NOT NULL")),
 )
 
 reviews = Table(

@@ -5,6 +5,7 @@ bound status made it re-prepare the statement at every execution to look at the 
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,9 @@ from cosigner.permits import redeem
 
 
 def _plan(database: Path, statement: ClauseElement) -> str:
-    sql = str(statement.compile(dialect=sqlite.dialect()))
+    # An IN list's expanding parameter spelled as its placeholders (one per status).
+    sql = str(statement.compile(dialect=sqlite.dialect(),
+                                compile_kwargs={"render_postcompile": True}))
     with sqlite3.connect(database) as conn:
         # Every parameter NULL: a plan that needs the bound values cannot pick the index.
         rows = conn.execute("EXPLAIN QUERY PLAN " + sql, [None] * sql.count("?")).fetchall()
@@ -41,3 +44,41 @@ def test_the_pending_twin_lookup_uses_its_partial_index(sqlite_template: Path) -
         approvals.c.tenant == "t", approvals.c.run_id == "r", approvals.c.tool == "x",
         approvals.c.args_hash == "h", approvals.c.status == "pending")
     assert "uq_approvals_pending_call" not in _plan(sqlite_template, bound)  # the old form
+
+
+def test_the_history_reads_the_decided_index_holding_decided_requests_only(
+        sqlite_template: Path) -> None:
+    """``ix_approvals_tenant_decided`` holds decided requests only (0027); the history,
+    newest decision first (its default order), still reads it, with or without a date
+    range and from a cursor."""
+    from cosigner.approvals import listing
+    from cosigner.identity.principals import Caller
+
+    caller = Caller(tenant="t", principal_id="p", subject="key:k",
+                    roles=frozenset({"auditor"}), kind="key")
+    for query, after in (
+            (listing.Query(pending=False, sort="decided", desc=True, size=50), None),
+            (listing.Query(pending=False, sort="decided", desc=True, size=50,
+                           decided_from=datetime(2026, 1, 1, tzinfo=UTC)),
+             (datetime(2026, 6, 1, tzinfo=UTC), "a")),
+    ):
+        statement = listing._ordered(listing._filtered(  # noqa: SLF001
+            select(approvals), caller, query), query, after, False)  # noqa: SLF001
+        assert "USING INDEX ix_approvals_tenant_decided" in _plan(sqlite_template, statement)
+
+
+def test_open_after_reviews_read_their_partial_index(sqlite_template: Path) -> None:
+    """``ix_approvals_after_review`` holds break-glass requests only (0027); the list of
+    open after-the-fact reviews (``status=after_review``) reads it."""
+    statement = select(approvals).where(approvals.c.tenant == "t",
+                                        approvals.c.after_review == "open")
+    assert "USING INDEX ix_approvals_after_review" in _plan(sqlite_template, statement)
+
+
+def test_an_opening_writes_neither_index(sqlite_template: Path) -> None:
+    """A pending request (``decided_at``, ``after_review`` NULL) has no entry in either."""
+    with sqlite3.connect(sqlite_template) as conn:
+        for name in ("ix_approvals_tenant_decided", "ix_approvals_after_review"):
+            (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?",
+                                  (name,)).fetchone()
+            assert sql.endswith("IS NOT NULL"), sql
