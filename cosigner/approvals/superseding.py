@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cosigner.approvals.requests import aware, event, notify, reviews_of, stage_of, transition
 from cosigner.audit.chain import Event
 from cosigner.db.tables_approvals import reviews
+from cosigner.policy.quorum import judged_as_strictly
 from cosigner.policy.result import ApprovalRequirement, parse_requirement
 
 if TYPE_CHECKING:
@@ -37,11 +38,6 @@ __all__ = ["REASON", "covers", "join_refusal", "masks_cover", "supersede"]
 #: :func:`join_refusal`).
 REASON = "requirement_raised"
 
-_DISTINCT_PARTS: dict[str, frozenset[str]] = {
-    "initiator": frozenset({"initiator"}), "previous": frozenset({"previous"}),
-    "initiator_and_previous": frozenset({"initiator", "previous"})}
-
-
 def _stage_covers(held: ApprovalRequirement, asked: ApprovalRequirement) -> bool:
     """Every approval meeting stage ``held`` meets stage ``asked``, and ``held``'s
     escalations are no weaker than ``asked``'s (pure)."""
@@ -50,9 +46,7 @@ def _stage_covers(held: ApprovalRequirement, asked: ApprovalRequirement) -> bool
         mine = groups.get(group.role)
         if mine is None or mine.count < group.count:
             return False  # (a group of held's own only asks more of the same approvals)
-        if group.signature is not None and mine.signature != group.signature:
-            return False
-    if not _DISTINCT_PARTS[asked.distinct_from] <= _DISTINCT_PARTS[held.distinct_from]:
+    if not judged_as_strictly(held, asked):
         return False
     if held.timeout_ms > asked.timeout_ms:
         return False
@@ -60,14 +54,6 @@ def _stage_covers(held: ApprovalRequirement, asked: ApprovalRequirement) -> bool
     # (another group, often a looser one) would be open while ``asked`` still holds its
     # reviewers to this one.
     if held.on_expired is not None and held.timeout_ms != asked.timeout_ms:
-        return False
-    if asked.assurance is not None and held.assurance != asked.assurance:
-        return False
-    # Two acr values are ordered only by the tenant's settings: a different one is no cover.
-    if asked.min_acr is not None and held.min_acr != asked.min_acr:
-        return False
-    if asked.max_auth_age_s is not None and (
-            held.max_auth_age_s is None or held.max_auth_age_s > asked.max_auth_age_s):
         return False
     if held.on_expired is None:
         return True  # expiring is stricter than any escalation

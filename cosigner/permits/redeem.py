@@ -13,6 +13,7 @@ import asyncio
 import copy
 import hmac
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -26,7 +27,7 @@ from cosigner.context import AppContext, Refusal
 from cosigner.core import tracing
 from cosigner.core.canonical import args_hash
 from cosigner.core.clock import isoformat
-from cosigner.core.errors import InvalidArgs, PermitRefused, Unavailable
+from cosigner.core.errors import InvalidArgs, PermitRefused, PolicyError, Unavailable
 from cosigner.core.load import Shedding
 from cosigner.core.metrics import metrics
 from cosigner.core.roles import BARRIER_TOOL
@@ -46,7 +47,8 @@ from cosigner.permits.tokens import (
     token_digest,
     verify_permit_token,
 )
-from cosigner.policy.quorum import satisfies
+from cosigner.policy.quorum import reviews_still_meet
+from cosigner.policy.result import ApprovalRequirement, parse_requirement
 
 _REDEEM = permits_table.update().where(
     permits_table.c.jti == bindparam("p_jti"), permits_table.c.tenant == bindparam("p_tenant"),
@@ -376,7 +378,9 @@ def refusal_writer(db: Database, settings: Settings,
                           shedding=shedding, name="refusals")
 
 
-_COUNTED_ROLES = select(reviews.c.role).join(
+#: The roles of an approval's counted reviews (one row each), with the requirement of the
+#: stage they approved (the rules they were judged by: quorum.reviews_still_meet).
+_COUNTED_ROLES = select(reviews.c.role, approvals.c.requirement).join(
     approvals, approvals.c.id == reviews.c.approval_id).where(
     reviews.c.approval_id == bindparam("approval_id"), reviews.c.decision == "approved",
     reviews.c.role.is_not(None), reviews.c.stage == approvals.c.stage)
@@ -389,7 +393,19 @@ class _PermitState(NamedTuple):
     token_digest: bytes | None = None
 
 
-_Read = tuple[_PermitState | None, tuple[dict[str, Any], list[str]] | None, list[str] | None]
+class _Counted(NamedTuple):
+    """An approval's counted reviews: their roles, and the stored requirement of the stage
+    that judged them (``None`` when no review counted)."""
+
+    roles: list[str]
+    held: dict[str, Any] | None
+
+
+def _counted(found: Sequence[Any]) -> _Counted:
+    return _Counted([str(row[0]) for row in found], found[0][1] if found else None)
+
+
+_Read = tuple[_PermitState | None, tuple[dict[str, Any], list[str]] | None, _Counted | None]
 
 
 def _read_raw(db: Database, tenant: str, claims: PermitClaims) -> _Read | None:
@@ -409,9 +425,8 @@ def _read_raw(db: Database, tenant: str, claims: PermitClaims) -> _Read | None:
         stored = None if call_input is None else (dict(call_input), list(call_mask))
         counted = None
         if claims.approval_id is not None:
-            found = _COUNTED_ROLES_RAW.run(conn, dialect,
-                                           {"approval_id": claims.approval_id})[0]
-            counted = [str(role) for (role,) in found]
+            counted = _counted(_COUNTED_ROLES_RAW.run(conn, dialect,
+                                                      {"approval_id": claims.approval_id})[0])
         return row, stored, counted
 
 
@@ -434,9 +449,8 @@ async def _read_on(conn: AsyncConnection, tenant: str, jti: str, decision_id: st
               else (dict(row.call_input), list(row.call_mask)))
     counted = None
     if approval_id is not None:
-        found = (await conn.execute(_COUNTED_ROLES, {
-            "approval_id": approval_id})).scalars().all()
-        counted = [str(role) for role in found]
+        counted = _counted((await conn.execute(_COUNTED_ROLES, {
+            "approval_id": approval_id})).all())
     return _PermitState(row.status, row.expires_at, row.token_digest), stored, counted
 
 
@@ -524,10 +538,12 @@ async def _standing_live(deps: AppContext, tenant: str, standing_id: str) -> boo
 
 async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
                           stored: tuple[dict[str, Any], list[str]] | None,
-                          args: dict[str, Any], counted: list[str] | None,
+                          args: dict[str, Any], counted: _Counted | None,
                           now: datetime, now_text: str) -> None:
     """Time-of-use check: the active policy must still give ``allow`` – or, for an
-    approved permit, ``require_approval`` that its counted reviews still meet.
+    approved permit, ``require_approval`` that its counted reviews still meet, judged no
+    more loosely than it asks now (:func:`cosigner.policy.quorum.reviews_still_meet`: a
+    policy that since asks a signature, a step-up or more separation of duties refuses).
     ``now_text``: ``now`` in RFC 3339 (:func:`cosigner.core.clock.isoformat`), the input's
     ``now``.
 
@@ -559,7 +575,8 @@ async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
     if result.effect == "allow":
         return
     if (result.effect == "require_approval" and result.approval is not None
-            and counted is not None and satisfies(result.approval, counted)):
+            and counted is not None and reviews_still_meet(
+                result.approval, counted.roles, _held(counted))):
         return
     if (result.effect == "require_approval" and result.approval is not None
             and claims.break_glass and result.approval.break_glass):
@@ -569,6 +586,17 @@ async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
             and await _standing_live(deps, tenant, claims.standing_id)):
         return  # allowed by a standing approval the policy still allows, not revoked
     raise _policy_changed()
+
+
+def _held(counted: _Counted) -> ApprovalRequirement | None:
+    """The requirement the counted reviews were judged by; ``None`` when unknown or no
+    longer readable as one (the re-check then fails closed)."""
+    if counted.held is None:
+        return None
+    try:
+        return parse_requirement(counted.held)
+    except PolicyError:
+        return None
 
 
 def _policy_changed() -> PermitRefused:

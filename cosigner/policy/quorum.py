@@ -11,9 +11,9 @@ never twice. Separation-of-duties refusals are :mod:`cosigner.approvals.rules`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from cosigner.policy.result import ApprovalRequirement, RoleGroup
+from cosigner.policy.result import DISTINCT_PARTS, ApprovalRequirement, RoleGroup
 
 
 def required_roles(requirement: ApprovalRequirement) -> frozenset[str]:
@@ -60,9 +60,45 @@ def is_met(groups: Sequence[RoleGroup], assignment: dict[str, str]) -> bool:
     return all(counted.count(g.role) >= g.count for g in groups)
 
 
-def satisfies(requirement: ApprovalRequirement, counted_roles: Iterable[str]) -> bool:
-    """Would reviews counted for ``counted_roles`` (of one stage) meet ``requirement`` or
-    one of the stages it escalates to? (redeem re-check)"""
-    counted = list(counted_roles)
+def judged_as_strictly(held: ApprovalRequirement, asked: ApprovalRequirement) -> bool:
+    """Does stage ``held`` judge each review at least as strictly as stage ``asked``: a
+    signature wherever ``asked`` asks one (same kind), at least ``asked``'s
+    ``distinct_from`` rules, the same ``assurance`` and ``min_acr``, a ``max_auth_age_s``
+    no longer? Counts and timing aside (pure)."""
+    groups = {g.role: g for g in held.require}
+    for group in asked.require:
+        mine = groups.get(group.role)
+        if group.signature is not None and (mine is None or mine.signature != group.signature):
+            return False
+    if not DISTINCT_PARTS[asked.distinct_from] <= DISTINCT_PARTS[held.distinct_from]:
+        return False
+    if asked.assurance is not None and held.assurance != asked.assurance:
+        return False
+    # Two acr values are ordered only by the tenant's settings: a different one is no cover.
+    if asked.min_acr is not None and held.min_acr != asked.min_acr:
+        return False
+    return asked.max_auth_age_s is None or (
+        held.max_auth_age_s is not None and held.max_auth_age_s <= asked.max_auth_age_s)
+
+
+def reviews_still_meet(current: ApprovalRequirement, roles: Sequence[str],
+                       held: ApprovalRequirement | None) -> bool:
+    """Redeem's time-of-use check of an approved permit: do the reviews that approved it
+    meet ``current`` (the active policy's requirement for the call) or one of the stages
+    it escalates to, under no looser terms?
+
+    ``roles``: the counted reviews' roles, one per review, of the stage that approved the
+    request; ``held``: that stage's requirement as stored with the request (the rules the
+    reviews were judged by; ``None`` unknown: no review counted). A stage of ``current``
+    is met when every group's count is met by ``roles`` (one person counts once: each
+    review holds one role) and ``held`` judged the reviews at least as strictly: signed
+    wherever the stage asks a signature, at least its ``distinct_from`` rules, the same
+    step-up (assurance, ``min_acr``) and an authentication at most its ``max_auth_age_s``
+    old. A policy that tightens any of these after the approval refuses the permit
+    (``policy_changed``) instead of letting reviews judged under the old rules authorise
+    the call. Pure."""
+    if held is None:
+        return False
+    counted = list(roles)
     return any(all(counted.count(g.role) >= g.count for g in stage.require)
-               for stage in requirement.stages())
+               and judged_as_strictly(held, stage) for stage in current.stages())

@@ -261,7 +261,8 @@ def _parse_standing(raw: Any) -> StandingRule | None:
     return StandingRule(ttl, uses)
 
 
-_DISTINCT_PARTS: dict[str, frozenset[str]] = {
+#: The separation-of-duties rules each ``distinct_from`` value applies.
+DISTINCT_PARTS: dict[str, frozenset[str]] = {
     "initiator": frozenset({"initiator"}), "previous": frozenset({"previous"}),
     "initiator_and_previous": frozenset({"initiator", "previous"})}
 
@@ -279,7 +280,7 @@ def stricter(base: ApprovalRequirement, other: ApprovalRequirement) -> ApprovalR
         counts[group.role] = max(counts.get(group.role, 0), group.count)
         if group.signature is not None:  # a signature asked by either side stays
             signed[group.role] = group.signature
-    parts = _DISTINCT_PARTS[base.distinct_from] | _DISTINCT_PARTS[other.distinct_from]
+    parts = DISTINCT_PARTS[base.distinct_from] | DISTINCT_PARTS[other.distinct_from]
     distinct: Any = "initiator_and_previous" if len(parts) == 2 else next(iter(parts))
     if base.min_acr and other.min_acr and base.min_acr != other.min_acr:
         raise PolicyError("two different approval.min_acr values cannot be combined")

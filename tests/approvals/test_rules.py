@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -118,11 +119,47 @@ def test_matching_counts_each_person_once_and_reassigns_when_needed() -> None:
         {"role": "security", "count": 1, "approved": 0}]
 
 
-def test_satisfies_for_redeem_recheck() -> None:
-    assert quorum.satisfies(requirement(("finance", 1)), ["finance"])
-    assert not quorum.satisfies(requirement(("finance", 2)), ["finance"])
-    assert not quorum.satisfies(requirement(("finance", 1), ("security", 1)),
-                                      ["finance"])
+def test_reviews_still_meet_for_redeem_recheck() -> None:
+    held = requirement(("finance", 1))
+    assert quorum.reviews_still_meet(requirement(("finance", 1)), ["finance"], held)
+    assert not quorum.reviews_still_meet(requirement(("finance", 2)), ["finance"], held)
+    assert not quorum.reviews_still_meet(requirement(("finance", 1), ("security", 1)),
+                                         ["finance"], held)
+    assert not quorum.reviews_still_meet(requirement(("finance", 1)), ["finance"], None)
+
+
+def test_reviews_judged_more_loosely_than_the_policy_asks_now_do_not_meet_it() -> None:
+    """Counts met, but the approving stage judged its reviews under looser rules than the
+    active policy: a signature, more separation of duties, a step-up asked since."""
+    loose = requirement(("finance", 1), distinct_from="initiator")
+    asked_now = [
+        requirement(("finance", 1), distinct_from="initiator_and_previous"),
+        replace(requirement(("finance", 1), distinct_from="initiator"),
+                require=(RoleGroup("finance", 1, "webauthn"),)),
+        replace(requirement(("finance", 1), distinct_from="initiator"), assurance="mfa"),
+        replace(requirement(("finance", 1), distinct_from="initiator"), min_acr="gold"),
+        replace(requirement(("finance", 1), distinct_from="initiator"), max_auth_age_s=60),
+    ]
+    for current in asked_now:
+        assert not quorum.reviews_still_meet(current, ["finance"], loose), current
+        assert quorum.reviews_still_meet(current, ["finance"], current), current
+    # Judged more strictly than asked now: still met.
+    strict = replace(requirement(("finance", 2), distinct_from="initiator_and_previous"),
+                     require=(RoleGroup("finance", 2, "webauthn"),), assurance="mfa",
+                     max_auth_age_s=30)
+    assert quorum.reviews_still_meet(loose, ["finance"], strict)
+    assert not quorum.reviews_still_meet(replace(loose, max_auth_age_s=10), ["finance"],
+                                         strict)  # authenticated up to 30 s before
+
+
+def test_a_stage_the_policy_escalates_to_is_met_under_its_own_rules() -> None:
+    """``current`` escalates to a stage the reviews met: met when that stage's rules are
+    no stricter than the ones the reviews were judged by."""
+    manager = requirement(("manager", 1), distinct_from="initiator")
+    current = replace(requirement(("finance", 1)), on_expired=manager)
+    assert quorum.reviews_still_meet(current, ["manager"], manager)
+    assert not quorum.reviews_still_meet(
+        replace(current, on_expired=replace(manager, assurance="mfa")), ["manager"], manager)
 
 
 # --- masking ------------------------------------------------------------------------------

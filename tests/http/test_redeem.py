@@ -54,6 +54,20 @@ async def approved_refund(h: Harness, tenant: str, runtime: dict[str, str],
     return token
 
 
+async def approved_deletes(h: Harness, tenant: str, runtime: dict[str, str],
+                           outcome: dict[str, Any]) -> list[str]:
+    """Permit tokens of ``delete_file`` on ``/1`` and ``/2``, each decided with the
+    scripted ``outcome`` (a ``require_approval``) and approved by finance's alice."""
+    alice = await h.headers(tenant, "finance", subject="alice")
+    tokens = []
+    for path in ("/1", "/2"):
+        approval_id = (await decide(h, runtime, scripted(outcome, args={"path": path}))
+                       )["approval"]["id"]
+        assert (await review(h, alice, approval_id)).status_code == 200
+        tokens.append((await state(h, runtime, approval_id))["permit"]["token"])
+    return tokens
+
+
 async def refusal(resp: Any) -> tuple[int, str]:
     return resp.status_code, resp.json()["code"]
 
@@ -152,13 +166,7 @@ async def test_approved_permit_survives_an_unchanged_requirement_only(
     root = write_scripted_bundle(tmp_path / "b")
     h: Harness = await harness_factory(bundle_dirs=[root])
     runtime = await h.headers(tenant, "runtime")
-    alice = await h.headers(tenant, "finance", subject="alice")
-    tokens = []
-    for path in ("/1", "/2"):
-        approval_id = (await decide(h, runtime, scripted(needs(("finance", 1)),
-                                                         args={"path": path})))["approval"]["id"]
-        await review(h, alice, approval_id)
-        tokens.append((await state(h, runtime, approval_id))["permit"]["token"])
+    tokens = await approved_deletes(h, tenant, runtime, needs(("finance", 1)))
     assert (await redeem(h, runtime, tokens[0], "delete_file", {"path": "/1"})
             ).status_code == 200
     # Now two groups are needed: the single finance approval no longer suffices.
@@ -168,6 +176,46 @@ async def test_approved_permit_survives_an_unchanged_requirement_only(
     h.context.store.reload()
     assert await refusal(await redeem(h, runtime, tokens[1], "delete_file",
                                       {"path": "/2"})) == (409, "policy_changed")
+
+
+@pytest.mark.parametrize("tightened", [
+    {"distinct_from": "initiator_and_previous"},
+    {"distinct_from": "initiator", "assurance": "mfa"},
+    {"distinct_from": "initiator", "max_auth_age_s": 300},
+    {"distinct_from": "initiator", "signed": True},
+], ids=["distinct_from", "assurance", "max_auth_age", "signature"])
+async def test_an_approved_permit_is_refused_once_the_policy_judges_reviews_more_strictly(
+        harness_factory: Callable[..., Any], tmp_path: Path, tenant: str,
+        tightened: dict[str, Any]) -> None:
+    """The same group and count, but the active policy now asks more of each review than
+    the rules the approval was judged by (separation of duties, step-up, a signature): the
+    permit minted before is refused at redeem (time-of-use, fail closed), as a changed
+    quorum is; the refusal is logged."""
+    root = write_scripted_bundle(tmp_path / "b")
+    h: Harness = await harness_factory(bundle_dirs=[root])
+    runtime = await h.headers(tenant, "runtime")
+    tokens = await approved_deletes(h, tenant, runtime,
+                                    needs(("finance", 1), distinct_from="initiator"))
+    group: dict[str, Any] = {"role": "finance", "count": 1}
+    if tightened.pop("signed", False):
+        group["signature"] = "webauthn"
+    approval = {"require": [group], "timeout_ms": 600_000, **tightened}
+    write_scripted_bundle(root, rules="return " + repr(
+        {"effect": "require_approval", "reasons": ["scripted"], "approval": approval}))
+    h.context.store.reload()
+    assert await refusal(await redeem(h, runtime, tokens[0], "delete_file",
+                                      {"path": "/1"})) == (409, "policy_changed")
+    # The same rules as the approval's again: the other permit redeems.
+    write_scripted_bundle(root, rules="return " + repr(needs(("finance", 1),
+                                                              distinct_from="initiator")))
+    h.context.store.reload()
+    assert (await redeem(h, runtime, tokens[1], "delete_file", {"path": "/2"})
+            ).status_code == 200
+    async with h.context.db.read() as conn:
+        types = (await conn.execute(select(audit_events.c.type).where(
+            audit_events.c.tenant == tenant, audit_events.c.type.like("permit.%"))
+        )).scalars().all()
+    assert types.count("permit.refused") == 1 and "permit.redeemed" in types, types
 
 
 # --- K09: a permit is bound to its own call -----------------------------------------------
