@@ -86,7 +86,8 @@ async def _measure(args: argparse.Namespace, url: str, keys: Path
                                   subject="bench-runtime", clock=system_clock)
     await db.dispose()
     app = create_app(Settings(database_url=url, key_dir=keys, log_level="warning",
-                              bundle_dirs=[root / "policies", root / "rego"],
+                              bundle_dirs=[root / "policies"] if args.no_rego
+                              else [root / "policies", root / "rego"],
                               permit_ttl_s=86400))
     auth = ("Bearer " + key).encode()
     # allow-rego: every answer must name the Rego bundle (a fallback would measure Python).
@@ -249,6 +250,9 @@ def main() -> int:
     parser.add_argument("--distinct-args", action="store_true",
                         help="allow/approval: a new order_id per request (no two requests "
                              "give the policy the same input)")
+    parser.add_argument("--no-rego", action="store_true",
+                        help="load the Python bundles only (regopy's allocator cannot start "
+                             "under valgrind: bench/instructions.py)")
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="with --db postgres: the server (and maintenance database)")
@@ -257,6 +261,8 @@ def main() -> int:
     parser.add_argument("--url", help=argparse.SUPPRESS)  # a child: the migrated database
     parser.add_argument("--barrier", help=argparse.SUPPRESS)  # a child: where rounds meet
     args = parser.parse_args()
+    if args.no_rego and args.system == "allow-rego":
+        parser.error("--no-rego cannot measure allow-rego")
     sys.path.insert(0, args.code)
     os.environ["COSIGNER_RATE_LIMITS"] = json.dumps({"*": {
         "credential_per_s": 10**7, "credential_burst": 10**7, "tenant_per_s": 10**7,
@@ -306,6 +312,7 @@ def _serve(args: argparse.Namespace, url: str, tmp: str) -> int:
     command = [sys.executable, __file__, "--system", args.system, "--code", args.code,
                "--n", str(args.n), "--c", str(args.c), "--rounds", str(args.rounds),
                *(["--distinct-args"] if args.distinct_args else []),
+               *(["--no-rego"] if args.no_rego else []),
                "--db", args.db, "--processes", str(args.processes), "--url", url,
                "--barrier", str(barrier)]
     children = [subprocess.Popen(command, env=env) for _ in range(args.processes)]
