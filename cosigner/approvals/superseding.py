@@ -12,9 +12,11 @@ cancellation) with an ``approval.superseded`` event naming the request that repl
 and a new request opens with the decision's requirement, exactly as if there had been no
 twin. Reviews already given on the twin were judged against the twin's rules (its groups,
 ``distinct_from``, step-up, signatures), so none is carried over: each is voided (its
-``role`` cleared: it counts for no group, and not as a ``previous`` approval in the run,
-since it authorised nothing) and listed in the event; the approvers review the new
-request. The same rule serves every opener: decisions, runtime reviews, program barriers.
+``role`` cleared: it counts for no group, nor as a ``previous`` approval toward the new
+request, which asks for the very call it approved; toward the run's other calls it still
+counts, :func:`cosigner.approvals.rules.counts_as_previous`) and listed in the event; the
+approvers review the new request. The same rule serves every opener: decisions, runtime
+reviews, program barriers.
 """
 
 from __future__ import annotations
