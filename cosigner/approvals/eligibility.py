@@ -3,7 +3,8 @@
 The same rules as :func:`cosigner.approvals.reviews.review` (through
 :func:`cosigner.approvals.rules.refusal_code`), applied to lists: an approver's queue holds
 only the requests they could approve at this moment (not expired, not their own, not
-already reviewed by them, not a second approval in a run they approved in).
+already reviewed by them, not a second approval in a run they approved in:
+:func:`cosigner.approvals.rules.counts_as_previous`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import rules as review_rules
 from cosigner.approvals.views import effective_status
-from cosigner.db.tables_approvals import reviews
+from cosigner.db.tables_approvals import approvals, reviews
 from cosigner.identity.principals import Caller
 from cosigner.policy.result import parse_requirement
 
@@ -31,22 +32,39 @@ def may_read(caller: Caller, row: Any) -> bool:
     return caller.has_any(*READERS) or bool(caller.roles & needed)
 
 
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """One of the caller's reviews: of which request, of which call (tool, args hash),
+    an approval or not, voided by superseding or not."""
+
+    approval_id: str
+    call: tuple[str, str]
+    approved: bool
+    voided: bool
+
+
 @dataclass
 class Marks:
-    """The caller's own reviews in the tenant: per run, ``approval id:approved|any``."""
+    """The caller's own reviews in the tenant, per run."""
 
-    by_run: dict[str, set[str]] = field(default_factory=dict)
+    by_run: dict[str, list[Mark]] = field(default_factory=dict)
 
 
 async def load_marks(conn: AsyncConnection, caller: Caller) -> Marks:
     """Read the caller's reviews of its tenant once, for :func:`reviewable_now`."""
     marks = Marks()
-    mine = (await conn.execute(select(reviews.c.approval_id, reviews.c.run_id,
-                                      reviews.c.decision, reviews.c.role).where(
-        reviews.c.tenant == caller.tenant, reviews.c.subject == caller.subject))).all()
+    mine = (await conn.execute(
+        select(reviews.c.approval_id, reviews.c.run_id, reviews.c.decision, reviews.c.role,
+               approvals.c.tool, approvals.c.args_hash)
+        .join(approvals, (approvals.c.id == reviews.c.approval_id)
+              & (approvals.c.tenant == reviews.c.tenant))
+        .where(reviews.c.tenant == caller.tenant,
+               reviews.c.subject == caller.subject))).all()
     for item in mine:
-        key = "approved" if item.decision == "approved" and item.role else "any"
-        marks.by_run.setdefault(item.run_id, set()).add(item.approval_id + ":" + key)
+        approved = item.decision == "approved"
+        marks.by_run.setdefault(item.run_id, []).append(Mark(
+            approval_id=item.approval_id, call=(item.tool, item.args_hash),
+            approved=approved, voided=approved and item.role is None))
     return marks
 
 
@@ -54,7 +72,8 @@ def reviewable_now(caller: Caller, row: Any, marks: Marks, now: datetime) -> boo
     """``caller`` could approve pending request ``row`` at ``now`` (every review rule)."""
     if effective_status(row, now) != "pending":
         return False
-    run_marks = marks.by_run.get(row.run_id, set())
+    run_marks = marks.by_run.get(row.run_id, [])
+    call = (row.tool, row.args_hash)
     ctx = review_rules.ReviewContext(
         requirement=parse_requirement(row.requirement),
         initiator_id=str(row.initiator.get("id")),
@@ -62,8 +81,9 @@ def reviewable_now(caller: Caller, row: Any, marks: Marks, now: datetime) -> boo
         opened_by=str(row.opened_by.get("subject")),
         previous_approvers=frozenset(
             caller.subject for m in run_marks
-            if m.endswith(":approved") and not m.startswith(row.id + ":")),
-        reviewed=frozenset(caller.subject for m in run_marks if m.startswith(row.id + ":")))
+            if m.approved and m.approval_id != row.id and review_rules.counts_as_previous(
+                voided=m.voided, same_call=m.call == call)),
+        reviewed=frozenset(caller.subject for m in run_marks if m.approval_id == row.id))
     return review_rules.refusal_code(ctx, subject=caller.subject, roles=caller.roles,
                                      decision="approved") is None
 

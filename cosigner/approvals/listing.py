@@ -42,9 +42,9 @@ MIN_SIZE, MAX_SIZE = 10, 200
 MAX_SCAN = 5000
 MAX_COUNT = 10_000
 #: Columns :func:`cosigner.approvals.eligibility.in_queue` needs (counting reads only these).
-_SLIM = (approvals.c.id, approvals.c.run_id, approvals.c.status, approvals.c.expires_at,
-         approvals.c.requirement, approvals.c.initiator, approvals.c.principal,
-         approvals.c.opened_by)
+_SLIM = (approvals.c.id, approvals.c.run_id, approvals.c.tool, approvals.c.args_hash,
+         approvals.c.status, approvals.c.expires_at, approvals.c.requirement,
+         approvals.c.initiator, approvals.c.principal, approvals.c.opened_by)
 
 
 @dataclass(frozen=True)

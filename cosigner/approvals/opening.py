@@ -34,9 +34,10 @@ from cosigner.approvals.requests import (
     is_due,
     load,
     notify,
+    permit_of,
     reviews_of,
 )
-from cosigner.approvals.superseding import join_refusal, supersede
+from cosigner.approvals.superseding import join_refusal, successor, supersede
 from cosigner.approvals.views import view
 from cosigner.audit.chain import Event, append
 from cosigner.audit.masking import mask_value
@@ -256,7 +257,11 @@ async def request_review(deps: AppContext, caller: Caller, *, decision_id: str,
 
     The decision's unredeemed permit is revoked (withheld) and a ``runtime_review`` request
     opens with the active bundle's ``[review]`` requirement; once approved a new permit is
-    minted. Asking twice for the same decision returns the first request.
+    minted. Asking twice for the same decision returns the first request, or when that
+    one was superseded the request that replaced it for the same initiator and principal
+    (:func:`cosigner.approvals.superseding.successor`; replaced by another party's
+    request, the cancelled one naming it), in its current state (with the permit once
+    approved).
 
     Raises:
         Forbidden: caller lacks the ``runtime`` role. NotFound: no such decision in the
@@ -282,8 +287,12 @@ async def request_review(deps: AppContext, caller: Caller, *, decision_id: str,
             approvals.c.tenant == caller.tenant, approvals.c.decision_id == decision_id,
             approvals.c.kind == "runtime_review"))).first()
         if earlier is not None:
-            return view(earlier, await reviews_of(conn, earlier.id),
-                        public_url=deps.settings.public_url, now=now)
+            # Superseded since (a stricter decision of the same call, say): the request
+            # that holds the review now, as the first answer would have been.
+            current = await successor(conn, earlier)
+            return view(current, await reviews_of(conn, current.id),
+                        public_url=deps.settings.public_url, now=now, include_permit=True,
+                        permit_row=await permit_of(conn, current))
         bundle = deps.store.snapshot.bundle_for(caller.tenant)
         requirement = bundle.manifest.review if bundle is not None else None
         if requirement is None:

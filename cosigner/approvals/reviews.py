@@ -48,7 +48,7 @@ from cosigner.core.errors import (
     ReviewRefused,
 )
 from cosigner.core.ids import new_id
-from cosigner.db.tables_approvals import reviews
+from cosigner.db.tables_approvals import approvals, reviews
 from cosigner.identity.principals import Caller
 from cosigner.permits import ledger as permit_ledger
 from cosigner.policy import quorum
@@ -68,12 +68,20 @@ MAX_COMMENT_CHARS = 2000
 
 
 async def _previous_approvers(conn: AsyncConnection, row: Any) -> frozenset[str]:
+    """Subjects who approved another request of ``row``'s run, whatever that request
+    became (approved, expired, cancelled, rejected, pending): a request ending never frees
+    its approvers. An approval voided by superseding (``role`` null) counts toward every
+    call of the run but its own (:func:`cosigner.approvals.rules.counts_as_previous`)."""
     found = (await conn.execute(
-        select(reviews.c.subject).where(
-            reviews.c.tenant == row.tenant, reviews.c.run_id == row.run_id,
-            reviews.c.decision == "approved", reviews.c.role.is_not(None),
-            reviews.c.approval_id != row.id))).scalars().all()
-    return frozenset(found)
+        select(reviews.c.subject, reviews.c.role, approvals.c.tool, approvals.c.args_hash)
+        .join(approvals, (approvals.c.id == reviews.c.approval_id)
+              & (approvals.c.tenant == reviews.c.tenant))
+        .where(reviews.c.tenant == row.tenant, reviews.c.run_id == row.run_id,
+               reviews.c.decision == "approved", reviews.c.approval_id != row.id))).all()
+    return frozenset(
+        f.subject for f in found if review_rules.counts_as_previous(
+            voided=f.role is None, same_call=(f.tool, f.args_hash) == (row.tool,
+                                                                       row.args_hash)))
 
 
 async def review(deps: AppContext, caller: Caller, approval_id: str, *, decision: str,

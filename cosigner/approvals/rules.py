@@ -2,7 +2,8 @@
 
 DESIGN invariant 6: a reviewer must hold a required role; with ``distinct_from`` including
 ``initiator`` they differ from the initiator and the principal; with ``previous`` they differ
-from every approver already accepted in this run; one stable subject counts once toward the
+from every approver already accepted in this run (:func:`counts_as_previous`: whatever the
+request they approved became); one stable subject counts once toward the
 whole requirement, even across role groups. The runtime credential that opened a request is
 never one of its reviewers, whatever ``distinct_from`` says: the requesting side cannot
 approve itself (case K13). Every comparison of two subjects is of their canonical forms
@@ -30,8 +31,25 @@ class ReviewContext:
     initiator_id: str
     principal_id: str
     opened_by: str  # subject of the runtime credential that opened the request
-    previous_approvers: frozenset[str]  # approvers accepted on other requests of this run
+    # approvers accepted on other requests of this run (counts_as_previous)
+    previous_approvers: frozenset[str]
     reviewed: frozenset[str]  # subjects who already reviewed this request
+
+
+def counts_as_previous(*, voided: bool, same_call: bool) -> bool:
+    """Does an approval given on another request of the run count as a ``previous``
+    approval for a request of this run?
+
+    Yes, whatever that request became — approved, or ended without effect (expired,
+    cancelled, rejected by someone else): the conservative reading of "distinct from
+    earlier approvers in the run", under which a request ending never frees its approvers
+    (for the run's other calls, nor for the same call asked again). The one exception:
+    an approval ``voided`` by superseding (:mod:`cosigner.approvals.superseding`) does not
+    count toward a request of the ``same_call`` (tenant, run, tool, args hash): the
+    request that replaced it asks for exactly what the person approved, under stricter
+    rules, and its approvers review it again. Toward the run's other calls it counts like
+    any other. Pure."""
+    return not (voided and same_call)
 
 
 def refusal_code(ctx: ReviewContext, *, subject: str, roles: Iterable[str],

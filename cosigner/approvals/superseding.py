@@ -7,13 +7,16 @@ current policy masks, and asks at least what the decision's own requirement asks
 (:func:`join_refusal`, :func:`covers`): a join must never weaken the current policy.
 Otherwise the twin is **superseded**: moved to
 ``cancelled`` (:func:`cosigner.approvals.requests.transition`; terminal, like any
-cancellation) with an ``approval.superseded`` event naming the request that replaces it,
+cancellation) with an ``approval.superseded`` event naming the request that replaces it
+(``superseded_by`` on the twin too, for its readers to follow: :func:`successor`),
 and a new request opens with the decision's requirement, exactly as if there had been no
 twin. Reviews already given on the twin were judged against the twin's rules (its groups,
 ``distinct_from``, step-up, signatures), so none is carried over: each is voided (its
-``role`` cleared: it counts for no group, and not as a ``previous`` approval in the run,
-since it authorised nothing) and listed in the event; the approvers review the new
-request. The same rule serves every opener: decisions, runtime reviews, program barriers.
+``role`` cleared: it counts for no group, nor as a ``previous`` approval toward the new
+request, which asks for the very call it approved; toward the run's other calls it still
+counts, :func:`cosigner.approvals.rules.counts_as_previous`) and listed in the event; the
+approvers review the new request. The same rule serves every opener: decisions, runtime
+reviews, program barriers.
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cosigner.approvals.requests import aware, event, notify, reviews_of, stage_of, transition
+from cosigner.approvals.requests import (
+    aware,
+    event,
+    load,
+    notify,
+    reviews_of,
+    stage_of,
+    transition,
+)
 from cosigner.audit.chain import Event
 from cosigner.db.tables_approvals import reviews
 from cosigner.policy.quorum import judged_as_strictly
@@ -32,7 +43,7 @@ from cosigner.policy.result import ApprovalRequirement, parse_requirement
 if TYPE_CHECKING:
     from cosigner.core.settings import Settings
 
-__all__ = ["REASON", "covers", "join_refusal", "masks_cover", "supersede"]
+__all__ = ["REASON", "covers", "join_refusal", "masks_cover", "supersede", "successor"]
 
 #: ``reason`` of an ``approval.superseded`` event whose twin asked less (the others:
 #: :func:`join_refusal`).
@@ -140,12 +151,13 @@ async def supersede(conn: AsyncConnection, settings: Settings, twin: Any, *,
                     now: datetime, reason: str = REASON) -> Event | None:
     """Cancel pending request ``twin`` (locked by the caller) in favour of request
     ``superseded_by``, which decision ``decision_id`` (of ``actor``) is about to open
-    because the twin may not be joined (``reason``, :func:`join_refusal`); void its
-    reviews and queue the webhook ``approval.decided`` (status ``cancelled``,
+    because the twin may not be joined (``reason``, :func:`join_refusal`); record the
+    successor on the twin (``superseded_by``: its readers follow it, :func:`successor`),
+    void its reviews and queue the webhook ``approval.decided`` (status ``cancelled``,
     ``decided_by`` the actor). Returns the ``approval.superseded``
     event, or ``None`` when another writer moved the twin first (nothing written)."""
     given = await reviews_of(conn, twin.id)
-    if not await transition(conn, twin, "cancelled", now=now):
+    if not await transition(conn, twin, "cancelled", now=now, superseded_by=superseded_by):
         return None
     voided = [{"subject": r.subject, "role": r.role, "stage": int(r.stage or 1)}
               for r in given if r.role is not None]
@@ -156,3 +168,22 @@ async def supersede(conn: AsyncConnection, settings: Settings, twin: Any, *,
                  decided_by=[str(actor.get("subject"))])
     return event("approval.superseded", twin, actor, superseded_by=superseded_by,
                  decision_id=decision_id, reason=reason, voided=voided)
+
+
+async def successor(conn: AsyncConnection, row: Any) -> Any:
+    """The request that now holds ``row``'s call for ``row``'s parties: ``row`` itself
+    unless it was superseded, else the end of its ``superseded_by`` links (each
+    replacement may have been superseded in turn), whatever that request's state.
+
+    The walk stops before a replacement opened for another initiator or principal
+    (``other_party``): that request is the other party's, its separation of duties is
+    judged against them, so ``row``'s last request of the same parties is the answer
+    (``cancelled``, naming the other party's request in ``superseded_by``). Every link
+    stays in ``row``'s tenant (a replacement is opened for the same call)."""
+    parties = (row.initiator, row.principal)
+    while row.superseded_by is not None:
+        nxt = await load(conn, row.tenant, row.superseded_by, lock=False)
+        if nxt is None or (nxt.initiator, nxt.principal) != parties:
+            return row  # (None: never written so; a damaged link ends the walk here)
+        row = nxt
+    return row

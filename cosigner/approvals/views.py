@@ -83,7 +83,8 @@ def view(row: Any, review_rows: list[Any], *, public_url: str, now: datetime,
     permit minted on approval, from ``permit_row``, its ledger row) and, for runtime callers
     (``include_permit``), the permit once approved, unless it was revoked: the approval
     stays ``approved`` (terminal states never change), its revoked permit is not handed out
-    as if usable.
+    as if usable. A superseded request (``cancelled``) names its replacement in
+    ``superseded_by``.
     """
     status = effective_status(row, now)
     state: dict[str, Any] = {
@@ -121,6 +122,9 @@ def view(row: Any, review_rows: list[Any], *, public_url: str, now: datetime,
         "policy": row.policy,
         "created_at": isoformat(_aware(row.created_at)),
         "decided_at": isoformat(_aware(row.decided_at)) if row.decided_at else None,
+        # Superseded (cancelled for a request of the same call it could not join,
+        # cosigner.approvals.superseding): the request that replaced it, or null.
+        "superseded_by": getattr(row, "superseded_by", None),
         # A rejection stands (cosigner.approvals.rejections) until this is set.
         "rejection_withdrawn_at": (isoformat(_aware(withdrawn)) if (
             withdrawn := getattr(row, "withdrawn_at", None)) else None),

@@ -65,6 +65,9 @@ approvals = Table(
     Column("break_glass", JSON, nullable=True),
     Column("after_review", String(8), nullable=True),  # open | done
     Column("after_reviewed", JSON, nullable=True),  # {by: actor, verdict, comment, at}
+    # A superseded request (cancelled: cosigner.approvals.superseding): the request of
+    # the same call that replaced it, for its readers to follow (0028).
+    Column("superseded_by", String(36), nullable=True),
     # Partial indexes: the migrations (0002, 0007, 0027) create them with the same WHERE on
     # PostgreSQL too. Here only the SQLite form: a ``postgresql_where`` makes SQLAlchemy load
     # the PostgreSQL dialect to check it, ~2.3 MB in every SQLite server (issue 20).

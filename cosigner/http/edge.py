@@ -8,12 +8,12 @@ to its :class:`Edge`, and everything else to FastAPI's middleware stack unchange
 The edge does, in one function, what the stack does for these requests —
 ``ServerErrorMiddleware`` → ``TrustedProxies`` → ``RateLimit`` → ``RequestTelemetry`` →
 ``HotRoutes`` — without wrapping ``send`` at each layer: one scan of the headers, the
-door's authentication from the key cache and its counts (a 429 there carries no request
-id, as before, and gets its access line like any answer: :func:`log_refusal`), the
-request id (echoed last in the headers) and the log context, the lean route (a request
-with more than one ``Authorization`` header is neither counted at the door nor
-authenticated: the route refuses it, 401 ``unauthenticated``), one ``send`` for the
-start and one for the body, the access line, and the catch-all of anything raised
+door's authentication from the key cache and its counts (a 429 there carries its request
+id, as the stack's door does, and gets its access line under it like any answer:
+:func:`log_refusal`), the request id (echoed last in the headers) and the log context,
+the lean route (a request with more than one ``Authorization`` header is neither counted
+at the door nor authenticated: the route refuses it, 401 ``unauthenticated``), one
+``send`` for the start and one for the body, the access line, and the catch-all of anything raised
 outside the route (logged, a 500 ``internal_error`` when nothing was sent yet, raised
 on to the server). The answers, headers and log lines are the stack's
 (tests/http/test_edge.py sends the same requests through both).
@@ -81,9 +81,10 @@ class Edge:
                     await ctx.quotas.refuse(admitted, refused)
                 except RateLimited as exc:
                     status = 429
-                    await refuse(send, exc)
+                    rid = request_id(given)
+                    await refuse(send, exc, rid)
                     if self.access:
-                        log_refusal(scope, 429, started, given, admitted.tenant)
+                        log_refusal(scope, 429, started, rid, admitted.tenant)
                     return
             rid = request_id(given)
             tokens = (logs.request_id.set(rid), logs.tenant.set(None),

@@ -9,8 +9,9 @@ validation or dependencies run (:mod:`cosigner.identity.quotas`). Past a limit i
 answers the 429 problem itself (``rate_limited``, ``Retry-After``). An admitted caller
 is left in the request state, so :func:`cosigner.http.deps.authenticate` does not count
 it twice; a key the cache does not hold goes to the route, which authenticates it (401
-there) and counts it. A 429 here is logged like any answer (the access line, when on:
-:func:`cosigner.http.telemetry.log_refusal`).
+there) and counts it. A 429 here carries the request id like any answer
+(``X-Request-ID``: the caller's when plain, else a new one) and is logged under it (the
+access line, when on: :func:`cosigner.http.telemetry.log_refusal`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from cosigner.context import AppContext
 from cosigner.core.errors import RateLimited
 from cosigner.http.problems import PROBLEM_TYPE
-from cosigner.http.telemetry import first_header, log_refusal
+from cosigner.http.telemetry import first_header, log_refusal, request_id
 from cosigner.identity.principals import Caller
 from cosigner.identity.quotas import Refused
 
@@ -53,10 +54,10 @@ class RateLimit:
             try:
                 await ctx.quotas.refuse(caller, refused)
             except RateLimited as exc:
-                await refuse(send, exc)
+                rid = request_id(first_header(scope, b"x-request-id"))
+                await refuse(send, exc, rid)
                 if ctx.settings.access_log:  # logged like any answer
-                    log_refusal(scope, 429, started, first_header(scope, b"x-request-id"),
-                                caller.tenant)
+                    log_refusal(scope, 429, started, rid, caller.tenant)
                 return
         if caller is not None:
             scope.setdefault("state", {})[CALLER_STATE] = caller
@@ -101,8 +102,10 @@ def only_authorization(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
     return found
 
 
-async def refuse(send: Send, exc: RateLimited) -> None:
-    """Answer the door's 429 ``rate_limited`` problem (``Retry-After``)."""
+async def refuse(send: Send, exc: RateLimited, rid: str) -> None:
+    """Answer the door's 429 ``rate_limited`` problem (``Retry-After``), with request id
+    ``rid`` (:func:`cosigner.http.telemetry.request_id`) echoed last in the headers, as
+    :class:`cosigner.http.telemetry.RequestTelemetry` echoes it on every other answer."""
     retry = exc.extra.get("retry_after")
     body: dict[str, Any] = {"type": PROBLEM_TYPE + exc.code, "title": exc.title,
                             "status": 429, "detail": exc.detail, "code": exc.code,
@@ -112,5 +115,6 @@ async def refuse(send: Send, exc: RateLimited) -> None:
         (b"content-type", b"application/problem+json"),
         (b"content-length", str(len(content)).encode()),
         (b"retry-after", str(max(1, int(retry)) if isinstance(retry, int) else 1).encode()),
+        (b"x-request-id", rid.encode()),
     ]})
     await send({"type": "http.response.body", "body": content})

@@ -125,15 +125,15 @@ def log_access(scope: Scope, status: int, started: float) -> None:
                     (time.perf_counter() - started) * 1000)
 
 
-def log_refusal(scope: Scope, status: int, started: float, given: bytes | None,
+def log_refusal(scope: Scope, status: int, started: float, rid: str,
                 tenant: str | None) -> None:
     """The access line of a request refused ahead of :class:`RequestTelemetry` (the
     rate-limit door's 429, :mod:`cosigner.http.ratelimit` and :mod:`cosigner.http.edge`),
     written as an answered request's is: in the request's log context, its request id
-    (:func:`request_id` of ``given``, the caller's first ``X-Request-ID``) and ``tenant``
-    (the refused caller's), so every refusal is logged like an allow. The refusal's
-    response stays as it was (no ``X-Request-ID`` header)."""
-    tokens = (logs.request_id.set(request_id(given)), logs.tenant.set(tenant),
+    ``rid`` (:func:`request_id` of the caller's first ``X-Request-ID``: the id the
+    refusal's ``X-Request-ID`` header carries) and ``tenant`` (the refused caller's), so
+    every refusal is logged like an allow."""
+    tokens = (logs.request_id.set(rid), logs.tenant.set(tenant),
               logs.decision_id.set(None))
     try:
         log_access(scope, status, started)

@@ -159,6 +159,8 @@ async def detail(deps: AppContext, caller: Caller, approval_id: str, *,
         "progress": [{"role": g["role"], "need": g["count"], "have": g["approved"],
                       "by": by_role.get(g["role"], [])} for g in state["progress"]],
         "permit_jti": _permit_jti(state),
+        # Cancelled for a request of the same call it could not join: where it went.
+        "superseded_by": state.get("superseded_by"),
         # The caller's approval must be signed with their passkey (passkeys.js asks for it).
         "signature": bool(caller.roles & {g["role"] for g in state["require"]
                                           if g.get("signature")}),

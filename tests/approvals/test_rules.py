@@ -104,6 +104,17 @@ def test_distinct_from_previous_does_not_exclude_the_initiator() -> None:
                                      decision="approved") is None
 
 
+@pytest.mark.parametrize(("voided", "same_call", "counts"), [
+    (False, False, True),  # an approval on another call of the run, however it ended
+    (False, True, True),  # the same call asked again after its request ended
+    (True, False, True),  # voided by superseding, toward another call of the run
+    (True, True, False),  # voided, toward the request of its own call that replaced it
+])
+def test_which_approvals_count_as_previous(voided: bool, same_call: bool,
+                                           counts: bool) -> None:
+    assert review_rules.counts_as_previous(voided=voided, same_call=same_call) is counts
+
+
 def test_matching_counts_each_person_once_and_reassigns_when_needed() -> None:
     groups = requirement(("finance", 1), ("security", 1)).require
     both = frozenset({"finance", "security"})

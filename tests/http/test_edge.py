@@ -208,7 +208,8 @@ async def test_a_429_at_the_door_is_the_stacks(harness_factory: Any, tenant: str
     assert answers[0] == answers[1]
     assert answers[0][-1][0][0] == 429
     assert (b"retry-after", b"60") in answers[0][-1][0][1]  # the pinned minute just began
-    assert b"x-request-id" not in [name for name, _ in answers[0][-1][0][1]]
+    # The request id last, as every other answer has it (a new one: none was given).
+    assert answers[0][-1][0][1][-1] == (b"x-request-id", b"<new>")
 
 
 async def test_a_429_at_the_door_is_logged_like_an_answer(harness_factory: Any, tenant: str,
@@ -216,7 +217,8 @@ async def test_a_429_at_the_door_is_logged_like_an_answer(harness_factory: Any, 
     """A request the rate-limit door refuses (429, before any route) writes its access
     line as an answered request does, in its log context (the caller's request id, the
     refused caller's tenant), through the edge and through the stack alike; its response
-    is unchanged (no ``X-Request-ID``)."""
+    carries that request id in ``X-Request-ID`` (a new one when none was given: the one
+    its line is written under)."""
     limits = {"*": RateLimits(credential_burst=0, credential_per_s=0, tenant_burst=0,
                               tenant_per_s=0, decisions_per_min=1, approvals_per_min=0)}
     for h in await pair(harness_factory, rate_limits=limits):
@@ -226,6 +228,14 @@ async def test_a_429_at_the_door_is_logged_like_an_answer(harness_factory: Any, 
         lines.lines.clear()
         resp = await h.client.post("/v1/decisions", headers={**runtime, "x-request-id": "r429"},
                                    json=decision_request())
-        assert resp.status_code == 429 and "x-request-id" not in resp.headers
+        assert resp.status_code == 429 and resp.headers["x-request-id"] == "r429"
         assert ("cosigner.access", "INFO", "POST /v1/decisions 429", "<given>", True,
                 False) in lines.seen("r429")
+        fresh = await h.client.post("/v1/decisions", headers=runtime,
+                                    json=decision_request())
+        assert fresh.status_code == 429
+        rid = fresh.headers["x-request-id"]
+        assert _UUID4_HEX.fullmatch(rid), rid
+        assert [line[3] for line in lines.lines if line[0] == "cosigner.access"
+                and line[2] == "POST /v1/decisions 429"] == [rid]
+        lines.lines.clear()

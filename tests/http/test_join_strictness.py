@@ -7,8 +7,8 @@ signed where asked), at least the ``distinct_from`` rules, the step-up, no longe
 no weaker escalation, break-glass or standing. An equal or weaker requirement joins as
 before (on SQLite on the raw driver, ``join_raw``). A stricter one (in any respect)
 supersedes the twin: it is cancelled (``approval.superseded``, its reviews voided: they
-count for nothing, not even as a ``previous`` approval) and a new request opens with the
-decision's own requirement, on which the permit is then minted.
+count for nothing toward the new request, not even as a ``previous`` approval) and a new
+request opens with the decision's own requirement, on which the permit is then minted.
 
 The policy is scripted per decision (``context.result``), so a second decision of the same
 call stands for the bundle changed in between.
@@ -120,7 +120,8 @@ async def test_a_higher_count_supersedes_the_twin_and_the_permit_needs_it(
     assert superseded["payload"]["voided"] == [{"subject": "carol", "role": "finance",
                                                 "stage": 1}]
     # Carol's review of the twin counts for nothing now, not even as a previous approval
-    # in this run (initiator_and_previous): she approves the new request again.
+    # toward the new request of the same call (initiator_and_previous): she approves it
+    # again (toward the run's other calls it counts: tests/http/test_previous_approvers.py).
     for subject in ("carol", "dave"):
         resp = await review(h, fin[subject], new)
         assert resp.status_code == 200, resp.text

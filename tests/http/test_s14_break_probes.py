@@ -450,8 +450,15 @@ async def test_s14_0026_down_and_up_on_real_rows_keeps_every_replay(
         await replays()
         async with engine.begin() as conn:
             await conn.run_sync(_to, url, "0025_s13_permit_token_digest", True)
+            # Down to 0025 also undid 0028 (approvals.superseded_by), which the code at
+            # head reads: put the column back for the replays on 0025's rows (this test
+            # is about 0026's rewrite), and take it out again before the upgrade.
+            await conn.execute(text("ALTER TABLE approvals ADD COLUMN superseded_by "
+                                    "VARCHAR(36)"))
         assert await _stored_form(h, tenant, bodies[0]["request_id"]) == 7
         await replays()
+        async with engine.begin() as conn:
+            await conn.execute(text("ALTER TABLE approvals DROP COLUMN superseded_by"))
         await upgrade(url)
         assert await _stored_form(h, tenant, bodies[0]["request_id"]) == 8
         assert await _stored_form(h, tenant, "req-ü") == 8

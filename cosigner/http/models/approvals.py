@@ -185,6 +185,10 @@ class ApprovalV1(BaseModel):
     policy: dict[str, str] | None = None
     created_at: str | None = None
     decided_at: str | None = None
+    superseded_by: str | None = Field(
+        default=None, description="Set on a request cancelled because it was superseded "
+                                  "(README § Approvals and permits): the request of the "
+                                  "same call that replaced it, to read or wait on instead.")
     rejection_withdrawn_at: str | None = Field(
         default=None, description="When a rejection was withdrawn; until then the same "
                                   "call in the run is denied rejected_by_reviewer.")

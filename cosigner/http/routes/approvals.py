@@ -46,7 +46,8 @@ async def post_approval(request: Request, caller: CallerDep) -> dict[str, Any]:
     ``{decision_id, reason}`` (runtime role): human review of an ``allow`` decision. The
     decision's permit is revoked (withheld) and a ``runtime_review`` request opens with
     the active bundle's ``[review]`` requirement; a new permit is minted once approved.
-    Asking again returns the same request. 404 unknown decision; 409 ``already_redeemed``;
+    Asking again returns the same request (once superseded, the request that replaced
+    it: ``superseded_by``). 404 unknown decision; 409 ``already_redeemed``;
     422 ``not_an_allow_decision``, ``shadow_decision`` or ``no_review_requirement``.
 
     ``{run, context, require, timeout_ms, distinct_from}`` (role ``barrier``): a program
