@@ -14,11 +14,12 @@ joining) requests is :mod:`cosigner.approvals.opening`; reads are
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import rules as review_rules
@@ -67,11 +68,31 @@ MAX_COMMENT_CHARS = 2000
 # --- reviewing ----------------------------------------------------------------------------
 
 
+_RUN_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
+
+
+def _run_lock_key(tenant: str, run_id: str) -> int:
+    """The advisory lock of one run's reviews (a signed 64-bit key; two runs sharing one
+    only wait for each other)."""
+    digest = hashlib.sha256(b"cosigner-run-reviews\0" + tenant.encode() + b"\0"
+                            + run_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 async def _previous_approvers(conn: AsyncConnection, row: Any) -> frozenset[str]:
     """Subjects who approved another request of ``row``'s run, whatever that request
     became (approved, expired, cancelled, rejected, pending): a request ending never frees
     its approvers. An approval voided by superseding (``role`` null) counts toward every
-    call of the run but its own (:func:`cosigner.approvals.rules.counts_as_previous`)."""
+    call of the run but its own (:func:`cosigner.approvals.rules.counts_as_previous`).
+
+    Reviews of one run are serialised from here to their commit: the row lock only
+    serialises reviews of the same request, so on PostgreSQL (READ COMMITTED) two
+    concurrent approvals by one person of two calls of the run would each read the other
+    as not yet given and both be accepted. A transaction-scoped advisory lock of the run
+    makes the second wait, then read the first. (SQLite: ``BEGIN IMMEDIATE`` already
+    serialises every writer.)"""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(_RUN_LOCK, {"key": _run_lock_key(row.tenant, row.run_id)})
     found = (await conn.execute(
         select(reviews.c.subject, reviews.c.role, approvals.c.tool, approvals.c.args_hash)
         .join(approvals, (approvals.c.id == reviews.c.approval_id)
