@@ -15,7 +15,7 @@ import hmac
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from sqlalchemy import and_, bindparam, literal_column, select
@@ -379,8 +379,10 @@ def refusal_writer(db: Database, settings: Settings,
 
 
 #: The roles of an approval's counted reviews (one row each), with the requirement of the
-#: stage they approved (the rules they were judged by: quorum.reviews_still_meet).
-_COUNTED_ROLES = select(reviews.c.role, approvals.c.requirement).join(
+#: stage they approved (the rules they were judged by: quorum.reviews_still_meet), when
+#: each was given and when the request opened.
+_COUNTED_ROLES = select(reviews.c.role, approvals.c.requirement, reviews.c.created_at,
+                        approvals.c.created_at).join(
     approvals, approvals.c.id == reviews.c.approval_id).where(
     reviews.c.approval_id == bindparam("approval_id"), reviews.c.decision == "approved",
     reviews.c.role.is_not(None), reviews.c.stage == approvals.c.stage)
@@ -394,15 +396,21 @@ class _PermitState(NamedTuple):
 
 
 class _Counted(NamedTuple):
-    """An approval's counted reviews: their roles, and the stored requirement of the stage
-    that judged them (``None`` when no review counted)."""
+    """An approval's counted reviews: their roles, the stored requirement of the stage
+    that judged them (``None`` when no review counted), and the milliseconds from the
+    request's opening to the earliest of them."""
 
     roles: list[str]
     held: dict[str, Any] | None
+    elapsed_ms: int = 0
 
 
 def _counted(found: Sequence[Any]) -> _Counted:
-    return _Counted([str(row[0]) for row in found], found[0][1] if found else None)
+    if not found:
+        return _Counted([], None)
+    earliest = min(row[2] for row in found)
+    elapsed = (earliest - found[0][3]) // timedelta(milliseconds=1)
+    return _Counted([str(row[0]) for row in found], found[0][1], max(0, int(elapsed)))
 
 
 _Read = tuple[_PermitState | None, tuple[dict[str, Any], list[str]] | None, _Counted | None]
@@ -576,7 +584,7 @@ async def _recheck_policy(deps: AppContext, tenant: str, claims: PermitClaims,
         return
     if (result.effect == "require_approval" and result.approval is not None
             and counted is not None and reviews_still_meet(
-                result.approval, counted.roles, _held(counted))):
+                result.approval, counted.roles, _held(counted), counted.elapsed_ms)):
         return
     if (result.effect == "require_approval" and result.approval is not None
             and claims.break_glass and result.approval.break_glass):

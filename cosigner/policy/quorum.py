@@ -82,7 +82,7 @@ def judged_as_strictly(held: ApprovalRequirement, asked: ApprovalRequirement) ->
 
 
 def reviews_still_meet(current: ApprovalRequirement, roles: Sequence[str],
-                       held: ApprovalRequirement | None) -> bool:
+                       held: ApprovalRequirement | None, elapsed_ms: int = 0) -> bool:
     """Redeem's time-of-use check of an approved permit: do the reviews that approved it
     meet ``current`` (the active policy's requirement for the call) or one of the stages
     it escalates to, under no looser terms?
@@ -96,9 +96,23 @@ def reviews_still_meet(current: ApprovalRequirement, roles: Sequence[str],
     step-up (assurance, ``min_acr``) and an authentication at most its ``max_auth_age_s``
     old. A policy that tightens any of these after the approval refuses the permit
     (``policy_changed``) instead of letting reviews judged under the old rules authorise
-    the call. Pure."""
+    the call.
+
+    ``elapsed_ms``: from the request's opening to its earliest counted review. A later
+    stage of ``current`` counts only for reviews given no sooner than ``current`` would
+    have opened it (the sum of the earlier stages' timeouts): a policy that tightens its
+    first stage and keeps the old rules for a stage it escalates to later does not let
+    reviews given at once, under the old rules, through (as
+    :func:`cosigner.approvals.superseding.covers` compares an escalated request). Pure."""
     if held is None:
         return False
     counted = list(roles)
-    return any(all(counted.count(g.role) >= g.count for g in stage.require)
-               and judged_as_strictly(held, stage) for stage in current.stages())
+    opens_ms = 0
+    for stage in current.stages():
+        if opens_ms > elapsed_ms:
+            return False
+        if (all(counted.count(g.role) >= g.count for g in stage.require)
+                and judged_as_strictly(held, stage)):
+            return True
+        opens_ms += stage.timeout_ms
+    return False

@@ -165,12 +165,15 @@ def test_reviews_judged_more_loosely_than_the_policy_asks_now_do_not_meet_it() -
 
 def test_a_stage_the_policy_escalates_to_is_met_under_its_own_rules() -> None:
     """``current`` escalates to a stage the reviews met: met when that stage's rules are
-    no stricter than the ones the reviews were judged by."""
+    no stricter than the ones the reviews were judged by, and the reviews came once
+    ``current`` would have opened it (after its first stage's 60 s)."""
     manager = requirement(("manager", 1), distinct_from="initiator")
     current = replace(requirement(("finance", 1)), on_expired=manager)
-    assert quorum.reviews_still_meet(current, ["manager"], manager)
+    assert quorum.reviews_still_meet(current, ["manager"], manager, 60_000)
+    assert not quorum.reviews_still_meet(current, ["manager"], manager, 59_999)
     assert not quorum.reviews_still_meet(
-        replace(current, on_expired=replace(manager, assurance="mfa")), ["manager"], manager)
+        replace(current, on_expired=replace(manager, assurance="mfa")), ["manager"], manager,
+        60_000)
 
 
 # --- masking ------------------------------------------------------------------------------
@@ -268,3 +271,15 @@ async def test_concurrent_reviews_completing_a_quorum_mint_one_permit(
         minted = (await conn.execute(select(func.count()).select_from(permits).where(
             permits.c.approval_id == approval_id))).scalar_one()
     assert minted == 1
+
+
+def test_a_later_stage_counts_only_for_reviews_given_once_it_would_have_opened() -> None:
+    """The active chain asks a step-up first (60 s) and the old rules only after: reviews
+    judged under the old rules meet it only when they came at least 60 s after the
+    request opened (when the chain's second stage would have opened)."""
+    loose = requirement(("finance", 1), distinct_from="initiator")
+    chain = replace(loose, assurance="mfa", on_expired=loose)
+    assert not quorum.reviews_still_meet(chain, ["finance"], loose, 0)
+    assert not quorum.reviews_still_meet(chain, ["finance"], loose, 59_999)
+    assert quorum.reviews_still_meet(chain, ["finance"], loose, 60_000)
+    assert quorum.reviews_still_meet(chain, ["finance"], replace(loose, assurance="mfa"), 0)
