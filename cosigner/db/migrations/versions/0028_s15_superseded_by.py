@@ -56,7 +56,11 @@ def _copy_from_log() -> None:
     for tenant, approval_id, body in found:
         if not isinstance(body, str) or approval_id is None:
             continue  # unreadable (event_row.Unreadable): left out
-        successor = json.loads(body).get("payload", {}).get("superseded_by")
+        try:
+            payload = json.loads(body).get("payload")
+        except (ValueError, AttributeError):
+            continue  # not a JSON object (a damaged row): left out, never a failed upgrade
+        successor = payload.get("superseded_by") if isinstance(payload, dict) else None
         if not isinstance(successor, str):
             continue
         bind.execute(approvals.update().where(
