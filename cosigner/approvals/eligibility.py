@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cosigner.approvals import rules as review_rules
 from cosigner.approvals.views import effective_status
-from cosigner.db.tables_approvals import approvals, reviews
+from cosigner.db.tables_approvals import REVIEWED_REQUESTS, approvals, reviews
 from cosigner.identity.principals import Caller
 from cosigner.policy.result import parse_requirement
 
@@ -56,8 +56,7 @@ async def load_marks(conn: AsyncConnection, caller: Caller) -> Marks:
     mine = (await conn.execute(
         select(reviews.c.approval_id, reviews.c.run_id, reviews.c.decision, reviews.c.role,
                approvals.c.tool, approvals.c.args_hash)
-        .join(approvals, (approvals.c.id == reviews.c.approval_id)
-              & (approvals.c.tenant == reviews.c.tenant))
+        .select_from(REVIEWED_REQUESTS)
         .where(reviews.c.tenant == caller.tenant,
                reviews.c.subject == caller.subject))).all()
     for item in mine:

@@ -49,7 +49,7 @@ from cosigner.core.errors import (
     ReviewRefused,
 )
 from cosigner.core.ids import new_id
-from cosigner.db.tables_approvals import approvals, reviews
+from cosigner.db.tables_approvals import REVIEWED_REQUESTS, approvals, reviews
 from cosigner.identity.principals import Caller
 from cosigner.permits import ledger as permit_ledger
 from cosigner.policy import quorum
@@ -95,8 +95,7 @@ async def _previous_approvers(conn: AsyncConnection, row: Any) -> frozenset[str]
         await conn.execute(_RUN_LOCK, {"key": _run_lock_key(row.tenant, row.run_id)})
     found = (await conn.execute(
         select(reviews.c.subject, reviews.c.role, approvals.c.tool, approvals.c.args_hash)
-        .join(approvals, (approvals.c.id == reviews.c.approval_id)
-              & (approvals.c.tenant == reviews.c.tenant))
+        .select_from(REVIEWED_REQUESTS)
         .where(reviews.c.tenant == row.tenant, reviews.c.run_id == row.run_id,
                reviews.c.decision == "approved", reviews.c.approval_id != row.id))).all()
     return frozenset(

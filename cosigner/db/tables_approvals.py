@@ -107,6 +107,10 @@ reviews = Table(
     UniqueConstraint("approval_id", "subject", name="uq_reviews_approval_subject"),
     Index("ix_reviews_run", "tenant", "run_id", "decision"),
 )
+#: Reviews joined to their request in the same tenant: what the separation-of-duties
+#: reads select the reviewed call (``approvals.c.tool``, ``approvals.c.args_hash``) from.
+REVIEWED_REQUESTS = reviews.join(approvals, (approvals.c.id == reviews.c.approval_id)
+                                 & (approvals.c.tenant == reviews.c.tenant))
 
 #: Bounded standing approvals (cosigner.approvals.standing): an approver extends one
 #: approval to later calls of the same tool on behalf of the same principal (in one run, or

@@ -56,7 +56,11 @@ def progress(groups: Sequence[RoleGroup], assignment: dict[str, str]) -> list[di
 
 def is_met(groups: Sequence[RoleGroup], assignment: dict[str, str]) -> bool:
     """Every group has ``count`` distinct people (AND across groups)."""
-    counted = list(assignment.values())
+    return _counts_met(groups, list(assignment.values()))
+
+
+def _counts_met(groups: Sequence[RoleGroup], counted: list[str]) -> bool:
+    """Every group's ``count`` is met by ``counted``, the role each person counts for."""
     return all(counted.count(g.role) >= g.count for g in groups)
 
 
@@ -111,8 +115,7 @@ def reviews_still_meet(current: ApprovalRequirement, roles: Sequence[str],
     for stage in current.stages():
         if opens_ms > elapsed_ms:
             return False
-        if (all(counted.count(g.role) >= g.count for g in stage.require)
-                and judged_as_strictly(held, stage)):
+        if _counts_met(stage.require, counted) and judged_as_strictly(held, stage):
             return True
         opens_ms += stage.timeout_ms
     return False
